@@ -1,0 +1,55 @@
+# Batch CDC lakehouse pipeline: Kafka -> raw -> bronze -> Iceberg silver, on Airflow and Spark.
+#   make demo   - fresh machine to a finished demo run (venv, broker, catalog, Airflow DAG run, checks)
+#   make test   - the test suite (real broker, real Iceberg catalog, real Spark, real Airflow)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export CDC_STATE_DIR ?= $(CURDIR)/.state
+export PYTHONPATH := $(CURDIR)/jobs
+export TZ := UTC
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.PHONY: all deps venv demo test airflow airflow-stop stack stack-down lock clean
+
+all: test
+
+# System packages: Java 17 for Spark, the SQLite JDBC driver for the embedded Iceberg catalog.
+deps:
+	@command -v java >/dev/null && test -f /usr/share/java/sqlite-jdbc.jar || { \
+	  echo "installing Java and the SQLite JDBC driver (apt)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless libxerial-sqlite-jdbc-java >/dev/null; }
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --require-hashes -r requirements.txt
+	touch $@
+
+venv: deps $(VENV)/.installed
+
+stack: venv
+	$(PY) -m cdclake.embedded up
+
+stack-down:
+	-$(PY) -m cdclake.embedded down
+
+demo: venv
+	$(PY) -m cdclake.demo
+
+test: venv
+	$(PY) -m pytest tests -q -p no:cacheprovider
+
+# Airflow UI on http://127.0.0.1:8080 with the pipelines' DAGs (user admin, password printed).
+airflow: stack
+	$(PY) -m cdclake.airflow_local start
+
+airflow-stop:
+	-$(PY) -m cdclake.airflow_local stop
+
+lock:
+	$(PY) -m pip install -q uv && $(VENV)/bin/uv pip compile requirements.in --python-version 3.11 --generate-hashes -o requirements.txt
+
+clean: airflow-stop stack-down
+	rm -rf $(CDC_STATE_DIR)

@@ -1,0 +1,248 @@
+"""Pipeline configuration: one YAML file per pipeline, validated on load.
+
+Files live in ``config/pipelines/`` (override with ``CDC_PIPELINES_DIR``); the DAG id is
+``cdc_<file stem>``. Values may use ``${VAR}`` or ``${VAR:-default}``; a variable is looked up in
+the process environment, then in the embedded stack's env file ``$CDC_STATE_DIR/stack.env``
+(written by ``python -m cdclake.embedded up``). Example::
+
+    kafka:
+      bootstrap_servers: ${CDC_KAFKA_BOOTSTRAP}
+    catalog:
+      name: lake
+      uri: jdbc:sqlite:${CDC_STATE_DIR}/catalog.db
+      warehouse: file://${CDC_STATE_DIR}/warehouse
+    sources:
+      - topic: shop.debezium
+        format: debezium-json
+        primary_key: [id]          # optional: overrides what messages/keys say
+        options: {}                # format options
+
+Errors: :class:`ConfigError` with a one-line message naming the file and the bad key.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(ValueError):
+    """A pipeline file is missing, unreadable or invalid; the message names file and key."""
+
+
+def state_dir() -> Path:
+    """The directory holding embedded state (broker, catalog, warehouse, Airflow home).
+
+    ``$CDC_STATE_DIR``, default ``<repo>/.state``.
+    """
+    return Path(os.environ.get("CDC_STATE_DIR") or REPO_ROOT / ".state").resolve()
+
+
+def pipelines_dir() -> Path:
+    """The directory of pipeline YAML files: ``$CDC_PIPELINES_DIR``, default ``<repo>/config/pipelines``."""
+    return Path(os.environ.get("CDC_PIPELINES_DIR") or REPO_ROOT / "config" / "pipelines").resolve()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KafkaConfig(_Model):
+    """Where the CDC topics are. ``client`` holds extra librdkafka settings (e.g. SASL)."""
+
+    bootstrap_servers: str
+    client: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float = 10.0
+    max_records_per_task: int = 250_000
+
+
+class CatalogConfig(_Model):
+    """The Iceberg catalog shared by Spark and pyiceberg (JDBC catalog: SQLite or PostgreSQL)."""
+
+    name: str = "lake"
+    uri: str
+    warehouse: str
+    user: Optional[str] = None
+    password: Optional[str] = None
+
+    @field_validator("uri")
+    @classmethod
+    def _jdbc(cls, v: str) -> str:
+        if not v.startswith("jdbc:sqlite:") and not v.startswith("jdbc:postgresql:"):
+            raise ValueError("must be a jdbc:sqlite:/abs/path or jdbc:postgresql://host/db URI")
+        return v
+
+
+class SourceConfig(_Model):
+    """One CDC topic and the format its values are in."""
+
+    topic: str
+    format: str
+    primary_key: Optional[list[str]] = None
+    primary_keys: dict[str, list[str]] = Field(default_factory=dict)
+    table_prefix: str = ""
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from cdclake.record import formats
+
+        if v not in formats():
+            raise ValueError(f"unknown format {v!r}; known formats: {', '.join(formats())}")
+        return v
+
+    def parser_options(self) -> dict[str, Any]:
+        """Options handed to the parser factory: ``options`` plus the configured keys."""
+        opts = dict(self.options)
+        if self.primary_key:
+            opts["primary_key"] = list(self.primary_key)
+        if self.primary_keys:
+            opts["primary_keys"] = {k: list(v) for k, v in self.primary_keys.items()}
+        return opts
+
+
+class SilverConfig(_Model):
+    """How silver tables are written."""
+
+    namespace: str = "silver"
+    delete_mode: Literal["hard", "soft"] = "hard"
+    buckets: int = Field(8, ge=1)
+    write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
+
+
+class GatesConfig(_Model):
+    """Great Expectations gates: where Data Docs go when a gate fails."""
+
+    enabled: bool = True
+    data_docs_dir: Optional[str] = None
+
+    def docs_dir(self) -> Path:
+        return Path(self.data_docs_dir) if self.data_docs_dir else state_dir() / "data_docs"
+
+
+class SparkConfig(_Model):
+    """Spark settings for the stage jobs (master comes from the Airflow connection in DAG runs)."""
+
+    master: str = "local[2]"
+    driver_memory: str = "2g"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class AirflowConfig(_Model):
+    """DAG settings."""
+
+    schedule: Optional[str] = "@hourly"
+    start_date: str = "2024-01-01T00:00:00+00:00"
+    retries: int = 2
+    retry_delay_s: int = 60
+    spark_conn_id: str = "spark_default"
+
+
+class PipelineConfig(_Model):
+    """One pipeline file. ``name`` defaults to the file stem."""
+
+    name: str
+    kafka: KafkaConfig
+    catalog: CatalogConfig
+    sources: list[SourceConfig] = Field(min_length=1)
+    silver: SilverConfig = Field(default_factory=SilverConfig)
+    gates: GatesConfig = Field(default_factory=GatesConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    airflow: AirflowConfig = Field(default_factory=AirflowConfig)
+    path: Optional[str] = None
+
+    @field_validator("sources")
+    @classmethod
+    def _unique_topics(cls, v: list[SourceConfig]) -> list[SourceConfig]:
+        seen = set()
+        for s in v:
+            if s.topic in seen:
+                raise ValueError(f"topic {s.topic!r} is listed twice")
+            seen.add(s.topic)
+        return v
+
+    @property
+    def dag_id(self) -> str:
+        return f"cdc_{self.name}"
+
+    def source(self, topic: str) -> SourceConfig:
+        for s in self.sources:
+            if s.topic == topic:
+                return s
+        raise ConfigError(f"{self.path}: topic {topic!r} is not a source of pipeline {self.name!r}")
+
+    def topics(self) -> list[str]:
+        return [s.topic for s in self.sources]
+
+
+def _stack_env() -> dict[str, str]:
+    env_file = state_dir() / "stack.env"
+    out: dict[str, str] = {"CDC_STATE_DIR": str(state_dir())}
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            if "=" in line and not line.lstrip().startswith("#"):
+                k, v = line.split("=", 1)
+                out[k.strip()] = v.strip()
+    return out
+
+
+def _expand(obj: Any, where: str, lookup: dict[str, str]) -> Any:
+    if isinstance(obj, dict):
+        return {k: _expand(v, f"{where}.{k}" if where else str(k), lookup) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_expand(v, f"{where}[{i}]", lookup) for i, v in enumerate(obj)]
+    if isinstance(obj, str):
+
+        def sub(m: re.Match) -> str:
+            name, default = m.group(1), m.group(2)
+            val = os.environ.get(name) or lookup.get(name)
+            if val is None:
+                if default is None:
+                    raise ConfigError(f"key '{where}': environment variable {name} is not set (and no default given)")
+                return default
+            return val
+
+        return _VAR_RE.sub(sub, obj)
+    return obj
+
+
+def load_pipeline(path: str | os.PathLike) -> PipelineConfig:
+    """Load, expand and validate one pipeline file.
+
+    Raises :class:`ConfigError` naming the file and the first bad key.
+    """
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: pipeline file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
+    raw.setdefault("name", p.stem)
+    try:
+        expanded = _expand(raw, "", _stack_env())
+        cfg = PipelineConfig.model_validate({**expanded, "path": str(p.resolve())})
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{p}: key '{key}': {msg}") from None
+    return cfg
+
+
+def load_pipelines(directory: str | os.PathLike | None = None) -> list[PipelineConfig]:
+    """All pipelines in ``directory`` (default :func:`pipelines_dir`), sorted by file name."""
+    d = Path(directory) if directory else pipelines_dir()
+    return [load_pipeline(f) for f in sorted(d.glob("*.y*ml"))]

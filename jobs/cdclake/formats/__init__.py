@@ -1,0 +1,5 @@
+"""Built-in vendor formats: importing this package registers every parser.
+
+One module per vendor format; each module's docstring cites the document it implements.
+"""
+from cdclake.formats import canal, debezium  # noqa: F401

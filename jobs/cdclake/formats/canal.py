@@ -1,0 +1,184 @@
+"""``canal-json``: Alibaba Canal flat messages in JSON (as written by Canal and by Alibaba Cloud DTS).
+
+Implements "Alibaba Cloud DTS: data formats of Kafka messages (Canal JSON)": fields ``data``,
+``old``, ``database``, ``table``, ``pkNames``, ``isDdl``, ``type``, ``es``, ``ts``, ``id``,
+``mysqlType``, ``sqlType`` and ``sql``, including the convention of DTS change tracking instances
+created before 20 March 2022, whose DELETE messages carry the rows in ``old`` with ``data`` null.
+Apache Flink's flink-json tests (``canal-data.txt``: multi-row ``data``, partial ``old``) serve
+as conformance vectors.
+
+One Kafka record gives one :class:`ChangeRecord` per row of ``data`` (``row_in_record`` is the
+row's index); position ``(es, id, row index)``. An UPDATE's ``before`` is the ``data`` row
+overlaid with its ``old`` row (``old`` holds only the changed columns' previous values). DDL
+(``isDdl: true``) is a ``ddl`` control record, except TRUNCATE, which is a ``truncate`` change.
+
+Options: those of :class:`cdclake.formats._common.SourceOptions` (``primary_key``,
+``primary_keys``, ``column_types``); configured types apply to columns ``mysqlType`` does not
+name. A Kafka key holding a JSON object of key columns is used when ``pkNames`` is empty and to
+key deletes whose images lack the key.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Optional
+
+from cdclake.formats._common import (
+    SourceOptions,
+    coerce_text,
+    convert_image,
+    key_delete_image,
+    load_json,
+    read_key,
+    resolve_primary_key,
+)
+from cdclake.positions import as_element
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.types import normalize_type, to_text
+
+FORMAT = "canal-json"
+ROW_TYPES = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
+#: Canal event types that are schema changes (``DDL`` is what DTS sends).
+DDL_TYPES = ("CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX", "QUERY", "DDL")
+_TYPE_RE = re.compile(r"^\s*(?P<base>[a-z]+(?: precision)?)\s*(?:\((?P<args>[^)]*)\))?(?P<rest>.*)$", re.I)
+_SIMPLE = {
+    "tinyint": "smallint", "mediumint": "int", "float": "float",
+    "double": "double", "double precision": "double", "real": "double",
+    "bool": "boolean", "boolean": "boolean", "date": "date", "datetime": "timestamp", "timestamp": "timestamp",
+    "binary": "binary", "varbinary": "binary", "tinyblob": "binary", "blob": "binary",
+    "mediumblob": "binary", "longblob": "binary",
+}
+_UNSIGNED = {"smallint": ("smallint", "int"), "int": ("int", "bigint"), "integer": ("int", "bigint"),
+             "bigint": ("bigint", "decimal(20,0)")}
+_DELETE_HINT = "the deleted row does not carry them; send Kafka keys holding the key columns"
+
+
+def mysql_type(text: Any) -> str:
+    """Canonical type of a Canal ``mysqlType`` entry (case-insensitive, e.g. ``bigint(20) unsigned``).
+
+    tinyint → smallint; smallint → smallint (unsigned: int); mediumint → int; int/integer → int
+    (unsigned: bigint); bigint → bigint (unsigned: decimal(20,0)); float → float; double/real →
+    double; decimal/numeric(p,s) → decimal(p,s) (default (10,0)); bit(1) → boolean, bit(n>1) →
+    bigint; date → date; datetime/timestamp → timestamp; binary/varbinary/blob types → binary;
+    everything else (char, varchar, text, enum, set, json, time, year ...) → string.
+    """
+    m = _TYPE_RE.match(str(text or ""))
+    if not m:
+        return "string"
+    base, args, unsigned = m.group("base").lower(), m.group("args"), "unsigned" in m.group("rest").lower()
+    if base in _UNSIGNED:
+        return _UNSIGNED[base][unsigned]
+    if base in ("decimal", "numeric", "dec", "fixed"):
+        parts = [p.strip() for p in (args or "10,0").split(",")]
+        return normalize_type(f"decimal({parts[0]},{parts[1] if len(parts) > 1 else 0})")
+    if base == "bit":
+        return "boolean" if (args or "1").strip() == "1" else "bigint"
+    return _SIMPLE.get(base, "string")
+
+
+def canal_text(value: Any, ctype: Optional[str]) -> Optional[str]:
+    """Canonical text of a Canal value (a string or null) of canonical type ``ctype``.
+
+    Binary values are ISO-8859-1 strings of the bytes: encoded to Base64. Datetime text
+    ``YYYY-MM-DD HH:MM:SS[.f]`` is taken as UTC; MySQL zero dates give None. Untyped values go
+    through :func:`cdclake.types.to_text`. Raises ``ValueError`` when a value does not fit.
+    """
+    if ctype == "binary" and isinstance(value, str):
+        return to_text(value.encode("latin-1"))
+    return coerce_text(value, ctype) if ctype else to_text(value)
+
+
+def _element(value: Any, field_name: str) -> int:
+    """A non-negative integer message field; :class:`ParseError` naming the field otherwise."""
+    try:
+        return as_element(value, field_name)
+    except ValueError as exc:
+        raise ParseError(FORMAT, str(exc), field_name) from None
+
+
+@register(FORMAT)
+class CanalJsonParser:
+    """Parser of ``canal-json`` records: ``CanalJsonParser(options).parse(KafkaRecord)``.
+
+    Returns a list of :class:`ChangeRecord` (one per row of ``data``), or a :class:`ControlRecord`
+    for DDL and Kafka tombstones. Raises :class:`ParseError` for unreadable JSON, a missing or
+    unknown ``type``, a missing ``table`` or ``es`` on a row change, ``data`` that is not a list of
+    objects, a value that does not fit its ``mysqlType``, no resolvable primary key, or a delete
+    whose rows lack the key and no Kafka key supplies it.
+    """
+
+    format_name = FORMAT
+
+    def __init__(self, options: Optional[Mapping[str, Any]] = None):
+        self.options = SourceOptions(options or {})
+
+    def parse(self, record: KafkaRecord) -> ParseResult:
+        """Parse one Kafka record (see the class docstring for results and errors)."""
+        if not record.value:
+            return ControlRecord("tombstone", FORMAT)
+        msg = load_json(FORMAT, record.value)
+        event = msg.get("type")
+        if not isinstance(event, str) or not event:
+            raise ParseError(FORMAT, "missing operation type", "type")
+        event = event.upper()
+        database, table = msg.get("database") or None, msg.get("table") or None
+        if event != "TRUNCATE" and (msg.get("isDdl") in (True, "true") or event in DDL_TYPES):
+            return ControlRecord("ddl", FORMAT, database, None, table, detail=msg.get("sql"))
+        if event != "TRUNCATE" and event not in ROW_TYPES:
+            raise ParseError(
+                FORMAT, f"unknown operation type {msg['type']!r} (expected INSERT, UPDATE, DELETE or DDL)", "type")
+        if not isinstance(table, str):
+            raise ParseError(FORMAT, "missing table name", "table")
+        es, msg_id = _element(msg.get("es"), "es"), _element(msg.get("id") or 0, "id")
+
+        mysql_types = msg.get("mysqlType") if isinstance(msg.get("mysqlType"), dict) else {}
+        types = {str(col): mysql_type(t) for col, t in mysql_types.items()}
+        for col, ctype in self.options.column_types(database, None, table).items():
+            types.setdefault(col, ctype)
+        pk_names = msg.get("pkNames")
+        key = read_key(record.key)
+        primary_key = resolve_primary_key(
+            FORMAT, self.options.key_override(database, None, table),
+            [str(c) for c in pk_names] if isinstance(pk_names, list) else None,
+            list(key[0]) if key else None, required=event != "TRUNCATE")
+
+        def change(op: str, row: int, before: Optional[dict], after: Optional[dict]) -> ChangeRecord:
+            return ChangeRecord(
+                source_format=FORMAT, source_database=database, source_schema=None, source_table=table,
+                op=op, before=before, after=after, primary_key=list(primary_key), column_types=dict(types),
+                source_position=(es, msg_id, row), source_ts_ms=es, row_in_record=row)
+
+        if event == "TRUNCATE":
+            return [change("truncate", 0, None, None)]
+        op = ROW_TYPES[event]
+
+        def convert(col: str, value: Any) -> Optional[str]:
+            return canal_text(value, types.get(col))
+
+        data, old, rows_field = msg.get("data"), msg.get("old"), "data"
+        if op == "delete" and data is None and isinstance(old, list):
+            data, old, rows_field = old, None, "old"
+        if not isinstance(data, list):
+            raise ParseError(FORMAT, f"expected a list of rows, got {type(data).__name__}", "data")
+        if old is not None and not isinstance(old, list):
+            raise ParseError(FORMAT, f"expected a list of rows or null, got {type(old).__name__}", "old")
+        key_text = None
+        if key and op == "delete":
+            key_text = convert_image(FORMAT, key[0], convert, "key")
+        out = []
+        for i, row in enumerate(data):
+            where = f"{rows_field}[{i}]"
+            if not isinstance(row, dict):
+                raise ParseError(FORMAT, f"row is a JSON {type(row).__name__}, not an object", where)
+            image = convert_image(FORMAT, row, convert, where)
+            if op == "insert":
+                out.append(change(op, i, None, image))
+            elif op == "update":
+                old_row = old[i] if old and i < len(old) else None
+                if old_row is not None and not isinstance(old_row, dict):
+                    raise ParseError(FORMAT, f"row is a JSON {type(old_row).__name__}, not an object", f"old[{i}]")
+                before = None if old_row is None else convert_image(FORMAT, {**row, **old_row}, convert, f"old[{i}]")
+                out.append(change(op, i, before, image))
+            else:
+                before = key_delete_image(FORMAT, primary_key, image, key_text, where, _DELETE_HINT)
+                out.append(change(op, i, before, None))
+        return out

@@ -1,0 +1,120 @@
+"""Stage 1, land: copy each topic's hour offset ranges from Kafka into the raw Iceberg table.
+
+``raw.kafka_records`` columns: kafka_topic string, kafka_partition int, kafka_offset bigint,
+kafka_timestamp_ms bigint (record timestamp, ms), key binary, value binary (null for a Kafka
+tombstone; kept), headers array<struct<name string, value binary>>, landed_hour timestamp (UTC
+hour whose offset range holds the record; see ``cdclake.kafka_ranges``). Partitioned by
+(kafka_topic, hours(landed_hour)).
+
+``raw.land_manifest`` records what each run landed: kafka_topic, kafka_partition, landed_hour,
+start_offset, end_offset (exclusive), records (bigint), landed_at timestamp (one row per
+partition and non-empty hour).
+
+Re-landing a window replaces exactly that window's rows for the landed topics (one atomic
+Iceberg overwrite by filter), so reruns and backfills are idempotent.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from cdclake import kafka_ranges
+from cdclake.catalog import MANIFEST_TABLE, RAW_TABLE, ensure_namespace, qualified
+from cdclake.config import PipelineConfig
+from cdclake.window import Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+RAW_SCHEMA = ("kafka_topic string, kafka_partition int, kafka_offset bigint, kafka_timestamp_ms bigint, "
+              "key binary, value binary, headers array<struct<name:string,value:binary>>, landed_hour timestamp")
+MANIFEST_SCHEMA = ("kafka_topic string, kafka_partition int, landed_hour timestamp, start_offset bigint, "
+                   "end_offset bigint, records bigint, landed_at timestamp")
+
+
+def ensure_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
+    """Create ``raw.kafka_records`` and ``raw.land_manifest`` when missing."""
+    ensure_namespace(spark, cfg, "raw")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, RAW_TABLE)} ({RAW_SCHEMA}) USING iceberg "
+              "PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, MANIFEST_TABLE)} ({MANIFEST_SCHEMA}) USING iceberg "
+              "PARTITIONED BY (kafka_topic) TBLPROPERTIES ('format-version'='2')")
+
+
+def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hour"):
+    """Column predicate selecting ``topics`` and the hours of ``window``."""
+    from pyspark.sql import functions as F
+
+    return (F.col("kafka_topic").isin(topics)
+            & (F.col(hour_col) >= F.lit(window.start).cast("timestamp"))
+            & (F.col(hour_col) < F.lit(window.end).cast("timestamp")))
+
+
+class LandingShrinks(RuntimeError):
+    """Re-landing would replace landed records with fewer (Kafka retention or compaction removed them)."""
+
+
+def check_not_shrinking(spark: "SparkSession", cfg: PipelineConfig, window: Window, topics: list[str], new) -> None:
+    """Refuse to overwrite an hour with fewer records than the manifest says were landed before.
+
+    Raises :class:`LandingShrinks` naming topic, partition, hour and both counts.
+    """
+    from pyspark.sql import functions as F
+
+    keys = ["kafka_topic", "kafka_partition", "landed_hour"]
+    before = spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).select(*keys, "records")
+    now = new.groupBy(*keys).agg(F.count("*").alias("now"))
+    lost = before.join(now, keys, "left").where(F.coalesce("now", F.lit(0)) < F.col("records")).limit(5).collect()
+    if lost:
+        r = lost[0]
+        raise LandingShrinks(
+            f"{r.kafka_topic}[{r.kafka_partition}] hour {r.landed_hour.isoformat()}: Kafka now holds "
+            f"{r.now or 0} records where {r.records} were landed before (retention or compaction); "
+            "refusing to overwrite the landed hour (bronze and silver are built from it)")
+
+
+def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, int]:
+    """Land every selected topic's records of ``window`` into the raw table; return counts per topic.
+
+    One Spark task per topic partition (:func:`cdclake.kafka_ranges.scan_partition`); one atomic
+    overwrite of the window; then the manifest (offset range and count per partition and hour).
+    Raises ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    topics = list(window.topics or cfg.topics())
+    k = cfg.kafka
+    parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
+    ensure_tables(spark, cfg)
+    bootstrap, timeout, client = k.bootstrap_servers, max(30.0, k.timeout_s), dict(k.client)
+
+    def read(it):
+        for topic, p in it:
+            yield from kafka_ranges.scan_partition(bootstrap, topic, p, window, timeout, client)
+
+    rdd = spark.sparkContext.parallelize(parts, max(1, len(parts))).mapPartitions(read)
+    df = spark.createDataFrame(rdd, RAW_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        check_not_shrinking(spark, cfg, window, topics, df)
+        df.writeTo(qualified(cfg, RAW_TABLE)).overwrite(window_filter(window, topics))
+    finally:
+        df.unpersist()
+
+    manifest = (spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
+                .groupBy("kafka_topic", "kafka_partition", "landed_hour")
+                .agg(F.min("kafka_offset").alias("start_offset"), (F.max("kafka_offset") + 1).alias("end_offset"),
+                     F.count("*").alias("records"))
+                .withColumn("landed_at", F.current_timestamp()))
+    manifest.writeTo(qualified(cfg, MANIFEST_TABLE)).overwrite(window_filter(window, topics))
+    result = {t: 0 for t in topics}
+    for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).orderBy(
+            "kafka_topic", "kafka_partition", "landed_hour").collect():
+        log.info("landed %s[%d] hour %s: offsets %d..%d, %d records", r.kafka_topic, r.kafka_partition,
+                 r.landed_hour.isoformat(), r.start_offset, r.end_offset, r.records)
+        result[r.kafka_topic] += r.records
+    for t, n in result.items():
+        log.info("landed %d records of topic %s for %s", n, t, window)
+    return result

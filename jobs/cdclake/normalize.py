@@ -1,0 +1,151 @@
+"""Stage 2, normalize: parse the landed raw records of a window into canonical bronze rows.
+
+Every raw record ends up in exactly one of three tables (the normalize gate checks the counts):
+
+- ``bronze.changes``: one row per row change (:class:`cdclake.record.ChangeRecord` fields plus
+  kafka_topic, kafka_partition, kafka_offset, kafka_timestamp_ms, landed_hour); a multi-row
+  record (Canal ``data``) gives several rows with the same Kafka coordinates.
+- ``bronze.quarantine``: records no parser could read: kafka coordinates, landed_hour,
+  source_format, reason (names format and field), key and value bytes, quarantined_at.
+- ``bronze.control_events``: records that are not row changes (DDL, tombstones, heartbeats,
+  transaction markers): kafka coordinates, landed_hour, source_format, kind, source names, detail.
+
+All three are partitioned by (kafka_topic, hours(landed_hour)); a rerun overwrites the window.
+"""
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+from cdclake.catalog import BRONZE_TABLE, CONTROL_TABLE, QUARANTINE_TABLE, RAW_TABLE, ensure_namespace, qualified
+from cdclake.config import PipelineConfig
+from cdclake.land import window_filter
+from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser
+from cdclake.window import Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+KAFKA_COLS = "kafka_topic string, kafka_partition int, kafka_offset bigint, kafka_timestamp_ms bigint, landed_hour timestamp"
+BRONZE_SCHEMA = (
+    "source_format string, source_database string, source_schema string, source_table string, op string, "
+    "before map<string,string>, after map<string,string>, primary_key array<string>, "
+    "column_types map<string,string>, source_position array<decimal(38,0)>, source_ts_ms bigint, "
+    "tx_id string, tx_seq bigint, row_in_record int, " + KAFKA_COLS)
+QUARANTINE_SCHEMA = KAFKA_COLS + ", source_format string, reason string, key binary, value binary, quarantined_at timestamp"
+CONTROL_SCHEMA = (KAFKA_COLS + ", source_format string, kind string, source_database string, source_schema string, "
+                  "source_table string, detail string")
+_TABLES = ((BRONZE_TABLE, BRONZE_SCHEMA), (QUARANTINE_TABLE, QUARANTINE_SCHEMA), (CONTROL_TABLE, CONTROL_SCHEMA))
+
+
+def ensure_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
+    """Create the bronze, quarantine and control tables when missing."""
+    ensure_namespace(spark, cfg, "bronze")
+    for name, schema in _TABLES:
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, name)} ({schema}) USING iceberg "
+                  "PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2')")
+
+
+def check_change(c: ChangeRecord) -> None:
+    """Reject a change the silver stage could not apply. Raises :class:`ParseError`."""
+    if c.op not in OPS:
+        raise ParseError(c.source_format, f"operation {c.op!r} is not one of {OPS}", "op")
+    if not c.source_table:
+        raise ParseError(c.source_format, "no source table", "table")
+    if c.op != "truncate":
+        if not c.primary_key:
+            raise ParseError(c.source_format, f"no primary key for table {c.source_table!r}", "primary_key")
+        image = c.after if c.op != "delete" else (c.before or {})
+        missing = [k for k in c.primary_key if image is None or image.get(k) is None]
+        if missing:
+            raise ParseError(c.source_format, f"primary key column(s) {missing} missing or null in the "
+                             f"{'before' if c.op == 'delete' else 'after'} image", "primary_key")
+
+
+def classify(parser, rows: Iterable) -> Iterator[tuple]:
+    """Parse raw rows with one parser; yield ``(kind, row_tuple)`` with kind change/quarantine/control.
+
+    ``rows`` carry the raw table's columns. Never raises for bad input: a parser error or any
+    unexpected exception becomes a quarantine row whose reason names the record.
+    """
+    import datetime as dt
+
+    fmt = parser.format_name
+    for r in rows:
+        kcols = (r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms, r.landed_hour)
+        rec = KafkaRecord(r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms,
+                          None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value),
+                          [(h.name, h.value) for h in (r.headers or [])])
+        try:
+            result = parser.parse(rec)
+            if isinstance(result, ControlRecord):
+                yield "control", kcols + (fmt, result.kind, result.source_database, result.source_schema,
+                                          result.source_table, result.detail)
+                continue
+            for c in result:
+                check_change(c)
+            out = [bronze_row(c, kcols) for c in result]
+        except ParseError as exc:
+            yield "quarantine", kcols + (fmt, str(exc), rec.key, rec.value, dt.datetime.now(dt.timezone.utc))
+            continue
+        except Exception as exc:  # a parser bug must not crash the run: quarantine with the cause
+            yield "quarantine", kcols + (fmt, f"{fmt}: unexpected {type(exc).__name__}: {exc}", rec.key, rec.value,
+                                         dt.datetime.now(dt.timezone.utc))
+            continue
+        if not out:
+            yield "control", kcols + (fmt, "empty", None, None, None, "record carried no row change")
+        for row in out:
+            yield "change", row
+
+
+def bronze_row(c: ChangeRecord, kcols: tuple) -> tuple:
+    """A bronze row tuple (column order of :data:`BRONZE_SCHEMA`)."""
+    return (c.source_format, c.source_database, c.source_schema, c.source_table, c.op, c.before, c.after,
+            list(c.primary_key), dict(c.column_types), [Decimal(x) for x in c.source_position],
+            c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record) + kcols
+
+
+def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, dict[str, int]]:
+    """Parse the window's raw records of the selected topics into bronze, quarantine and control.
+
+    Returns ``{topic: {"raw": n, "changes": rows, "quarantined": n, "control": n}}``.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    topics = list(window.topics or cfg.topics())
+    ensure_tables(spark, cfg)
+    parsers = {t: get_parser(cfg.source(t).format, cfg.source(t).parser_options()) for t in topics}
+    raw = spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
+
+    def parse_partition(rows):
+        by_topic: dict[str, list] = {}
+        for r in rows:
+            by_topic.setdefault(r.kafka_topic, []).append(r)
+        for topic, rs in by_topic.items():
+            yield from classify(parsers[topic], rs)
+
+    tagged = raw.rdd.mapPartitions(parse_partition).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        for kind, (name, schema) in zip(("change", "quarantine", "control"), _TABLES):
+            part = tagged.filter(lambda kv, k=kind: kv[0] == k).map(lambda kv: kv[1])
+            spark.createDataFrame(part, schema).writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
+    finally:
+        tagged.unpersist()
+
+    stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
+    for key, table in (("raw", RAW_TABLE), ("changes", BRONZE_TABLE), ("quarantined", QUARANTINE_TABLE), ("control", CONTROL_TABLE)):
+        for r in (spark.table(qualified(cfg, table)).where(window_filter(window, topics))
+                  .groupBy("kafka_topic").agg(F.count("*").alias("n")).collect()):
+            stats[r["kafka_topic"]][key] = int(r["n"])
+    for t, s in stats.items():
+        log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
+                 t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
+        if s["quarantined"]:
+            for q in (spark.table(qualified(cfg, QUARANTINE_TABLE)).where(window_filter(window, [t]))
+                      .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
+                log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
+    return stats

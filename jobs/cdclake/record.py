@@ -1,0 +1,171 @@
+"""The canonical change record and the parser interface every vendor format implements.
+
+A parser turns one Kafka record into zero or more :class:`ChangeRecord` rows (the bronze rows),
+or into one :class:`ControlRecord` (DDL, tombstone, heartbeat, transaction marker: recognised,
+counted, never applied as a row), or raises :class:`ParseError` naming the format and the field;
+the normalize stage then puts the Kafka record in quarantine with that reason. A parser is
+all-or-nothing per Kafka record: it builds the whole list before returning it.
+
+Modelled on Apache Paimon's ``RichCdcMultiplexRecord`` (database, table, schema, row kind,
+field map) and its ``format/<vendor>/...RecordParser`` packages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, Union
+
+#: The operations a bronze row can carry. DDL and control records are not rows.
+OPS = ("insert", "update", "delete", "snapshot", "truncate")
+
+#: Kinds of control records (not rows): accounted for in the normalize gate's counts.
+CONTROL_KINDS = ("tombstone", "ddl", "heartbeat", "transaction", "metadata")
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    """One raw Kafka record as landed in the raw table.
+
+    ``timestamp_ms`` is the record timestamp in milliseconds since the epoch (UTC);
+    ``key`` and ``value`` are the raw bytes (``value`` is None for a Kafka tombstone);
+    ``headers`` is a list of (name, bytes) pairs.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Sequence[tuple[str, Optional[bytes]]] = ()
+
+
+@dataclass
+class ChangeRecord:
+    """One row change in canonical form: a bronze row.
+
+    Fields (bronze column types in brackets):
+
+    - ``source_format`` [string]: the registered format name, e.g. ``debezium-json``.
+    - ``source_database``, ``source_schema``, ``source_table`` [string]: as the message names
+      them, unaltered (always quoted where they reach SQL); database or schema may be None.
+    - ``op`` [string]: one of :data:`OPS`.
+    - ``before``, ``after`` [map<string,string>]: images in canonical text form
+      (:mod:`cdclake.types`). A column missing from the map is *absent* (not carried by the
+      message); a key whose value is None *is* null. None means the image does not exist.
+    - ``primary_key`` [array<string>]: ordered key column names.
+    - ``column_types`` [map<string,string>]: canonical type per column when the format
+      carries types (``bigint``, ``decimal(10,2)``, ``timestamp`` ...); empty otherwise.
+    - ``source_position`` [array<decimal(38,0)>]: the format's native order as a tuple of
+      non-negative integers, compared element by element (see ``cdclake.positions``).
+    - ``source_ts_ms`` [bigint]: source commit time in ms since the epoch, UTC.
+    - ``tx_id`` [string], ``tx_seq`` [bigint]: transaction id and order inside it, where known.
+    - ``row_in_record`` [int]: index of this row inside a multi-row Kafka record (Canal ``data``).
+    """
+
+    source_format: str
+    source_database: Optional[str]
+    source_schema: Optional[str]
+    source_table: str
+    op: str
+    before: Optional[dict[str, Optional[str]]]
+    after: Optional[dict[str, Optional[str]]]
+    primary_key: list[str]
+    column_types: dict[str, str] = field(default_factory=dict)
+    source_position: tuple[int, ...] = ()
+    source_ts_ms: Optional[int] = None
+    tx_id: Optional[str] = None
+    tx_seq: Optional[int] = None
+    row_in_record: int = 0
+
+
+@dataclass
+class ControlRecord:
+    """A record that is recognised but is not a row change (DDL, tombstone, heartbeat ...).
+
+    ``kind`` is one of :data:`CONTROL_KINDS`; ``detail`` is free text (e.g. the DDL statement).
+    """
+
+    kind: str
+    source_format: str
+    source_database: Optional[str] = None
+    source_schema: Optional[str] = None
+    source_table: Optional[str] = None
+    detail: Optional[str] = None
+
+
+ParseResult = Union[list[ChangeRecord], ControlRecord]
+
+
+class ParseError(ValueError):
+    """Raised by a parser for a record it cannot read; the message is the quarantine reason.
+
+    The message names the format and the field, e.g.
+    ``debezium-json: field 'op': unknown operation 'x'``.
+    """
+
+    def __init__(self, fmt: str, reason: str, field_name: Optional[str] = None):
+        self.format = fmt
+        self.field = field_name
+        where = f"field '{field_name}': " if field_name else ""
+        super().__init__(f"{fmt}: {where}{reason}")
+
+
+class RecordParser(Protocol):
+    """The parser interface: one Kafka record in, canonical rows or a control record out.
+
+    Implementations are constructed with the source's options from the pipeline YAML
+    (``options`` mapping, plus ``primary_key`` when configured) and must be picklable
+    (they run inside Spark tasks).
+    """
+
+    format_name: str
+
+    def parse(self, record: KafkaRecord) -> ParseResult:
+        """Parse one record. Raises :class:`ParseError` for bad input."""
+        ...
+
+
+ParserFactory = Callable[[Mapping[str, object]], RecordParser]
+_REGISTRY: dict[str, ParserFactory] = {}
+
+
+def register(name: str) -> Callable[[ParserFactory], ParserFactory]:
+    """Class decorator registering a parser factory under a format name."""
+
+    def deco(factory: ParserFactory) -> ParserFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def formats() -> list[str]:
+    """The registered format names, sorted."""
+    _load_builtin_formats()
+    return sorted(_REGISTRY)
+
+
+def get_parser(name: str, options: Optional[Mapping[str, object]] = None) -> RecordParser:
+    """Build the parser registered as ``name`` with the source's options.
+
+    Raises ``KeyError`` with the list of known formats when ``name`` is not registered.
+    """
+    _load_builtin_formats()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown format {name!r}; known formats: {', '.join(sorted(_REGISTRY))}") from None
+    return factory(dict(options or {}))
+
+
+def _load_builtin_formats() -> None:
+    from cdclake import formats as _formats  # noqa: F401  (registers the built-in parsers)
+
+
+def parse_all(parser: RecordParser, records: Iterable[KafkaRecord]):
+    """Parse records one by one, yielding ``(record, result_or_ParseError)``; never raises ParseError."""
+    for rec in records:
+        try:
+            yield rec, parser.parse(rec)
+        except ParseError as exc:
+            yield rec, exc

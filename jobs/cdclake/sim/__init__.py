@@ -1,0 +1,52 @@
+"""Test data: a simulated MySQL shop database and its change stream in CDC wire formats.
+
+>>> import datetime as dt
+>>> src = SimulatedSource(seed=7, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=3)
+>>> history = src.run()
+>>> messages = debezium_json(history, src.tables)            # or canal_json(history, src.tables)
+>>> expected = src.final_state()                            # {table: {pk: {col: value}}}
+
+``create_topic`` / ``produce`` put the messages on a broker.
+"""
+from cdclake.sim.kafka import create_topic, produce
+from cdclake.sim.render import (
+    Message,
+    canal_json,
+    decimal_from_base64,
+    decimal_to_base64,
+    debezium_json,
+    delivery_delay_ms,
+    state_before,
+)
+from cdclake.sim.source import (
+    TABLES,
+    Column,
+    RowChange,
+    SimulatedSource,
+    Table,
+    Transaction,
+    apply_change,
+    as_text,
+    replay,
+)
+
+__all__ = [
+    "TABLES",
+    "Column",
+    "Message",
+    "RowChange",
+    "SimulatedSource",
+    "Table",
+    "Transaction",
+    "apply_change",
+    "as_text",
+    "canal_json",
+    "create_topic",
+    "debezium_json",
+    "decimal_from_base64",
+    "decimal_to_base64",
+    "delivery_delay_ms",
+    "produce",
+    "replay",
+    "state_before",
+]

@@ -1,0 +1,76 @@
+"""Airflow operators of the CDC pipeline (this folder is on Airflow's sys.path).
+
+- :class:`GateOperator` runs a stage's Great Expectations suite (``cdclake.gates``) and fails
+  the task with a readable summary, naming the failed expectations and the Data Docs page.
+- :func:`stage_job` builds the ``SparkSubmitOperator`` of a stage job in ``jobs/``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+
+REPO = Path(__file__).resolve().parents[1]
+JOBS = REPO / "jobs"
+WINDOW = "ti.xcom_pull(task_ids='window')"
+
+
+class GateOperator(BaseOperator):
+    """Validate one stage's output for the run's window; fail the task when the gate fails.
+
+    :param stage: ``land``, ``normalize`` or ``silver``.
+    :param pipeline: path of the pipeline YAML file.
+    :param start, end: window bounds (ISO-8601 hours, templated).
+    :param topics: comma-separated topics (templated; empty for all).
+    Raises ``AirflowException`` with the failed expectations (``cdclake.gates.GateFailed``).
+    """
+
+    template_fields: Sequence[str] = ("start", "end", "topics")
+    ui_color = "#e8f4d4"
+
+    def __init__(self, *, stage: str, pipeline: str, start: str, end: str, topics: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.stage, self.pipeline, self.start, self.end, self.topics = stage, pipeline, start, end, topics
+
+    def execute(self, context):
+        from airflow.exceptions import AirflowException
+
+        from cdclake.config import load_pipeline
+        from cdclake.gates import GateFailed, run_gate
+        from cdclake.window import make_window
+
+        cfg = load_pipeline(self.pipeline)
+        window = make_window(self.start, self.end, self.topics or None, known_topics=cfg.topics())
+        try:
+            return run_gate(self.stage, cfg, window)
+        except GateFailed as exc:
+            raise AirflowException(str(exc)) from None
+
+
+def stage_job(stage: str, cfg, **kwargs) -> SparkSubmitOperator:
+    """The ``SparkSubmitOperator`` running ``jobs/<stage>.py`` over the run's window."""
+    from cdclake.catalog import spark_jars
+
+    return SparkSubmitOperator(
+        task_id="run",
+        application=str(JOBS / f"{stage}.py"),
+        conn_id=cfg.airflow.spark_conn_id,
+        name=f"cdc-{cfg.name}-{stage}",
+        jars=",".join(spark_jars(cfg.catalog)),
+        driver_memory=cfg.spark.driver_memory,
+        application_args=["--pipeline", cfg.path, "--start", "{{ %s['start'] }}" % WINDOW,
+                          "--end", "{{ %s['end'] }}" % WINDOW, "--topics", "{{ %s['topics'] }}" % WINDOW],
+        env_vars={"PYTHONPATH": os.pathsep.join(filter(None, [str(JOBS), os.environ.get("PYTHONPATH")])),
+                  "TZ": "UTC", "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+                  **({"CDC_STATE_DIR": os.environ["CDC_STATE_DIR"]} if "CDC_STATE_DIR" in os.environ else {})},
+        **kwargs,
+    )
+
+
+def gate(stage: str, cfg, **kwargs) -> GateOperator:
+    """The gate task of ``stage`` over the run's window (never retried: a gate judges data)."""
+    return GateOperator(task_id="gate", stage=stage, pipeline=cfg.path, start="{{ %s['start'] }}" % WINDOW,
+                        end="{{ %s['end'] }}" % WINDOW, topics="{{ %s['topics'] }}" % WINDOW, retries=0, **kwargs)
