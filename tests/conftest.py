@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -33,6 +34,7 @@ os.environ["CDC_STATE_DIR"] = str(STATE)
 os.environ["CDC_PIPELINES_DIR"] = str(STATE / "pipelines")
 (STATE / "pipelines").mkdir()
 os.environ["TZ"] = "UTC"
+time.tzset()
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(JOBS), os.environ.get("PYTHONPATH", "")) if p)
 

@@ -154,7 +154,8 @@ def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, p
             f"'write.delete.mode'='{mode}', 'cdc.primary-key'={T.sql_string(','.join(pk))})")
         log.info("created silver table %s with key %s and %d columns", name, pk, len(types))
         return dict(types)
-    current = {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields}
+    current = {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields
+               if f.name not in META_COLUMNS and f.name != SOFT_DELETE_COLUMN}
     for c, t in types.items():
         t = T.spark_type(t)
         if c not in current:
