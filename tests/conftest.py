@@ -7,6 +7,7 @@ Tests keep out of each other's way with their own topic names and silver namespa
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -39,6 +40,8 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(JOBS), os.environ.get("PYTHONPATH", "")) if p)
 
 from cdclake.embedded import airflow_env  # noqa: E402
+
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 for _k, _v in airflow_env(STATE).items():
     os.environ[_k] = _v
