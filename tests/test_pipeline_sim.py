@@ -58,8 +58,8 @@ def test_hour_by_hour_equals_source(spark, shop):
 
 def test_rerun_of_an_hour_changes_nothing(spark, shop):
     before = {t: silver_rows(spark, shop["path"], f"dbz_shop__{t}", meta=True) for t in TABLES}
-    run_window(spark, shop["path"], 1, 2)
-    run_window(spark, shop["path"], 0, 3)
+    run_window(spark, shop["path"], 0, 3)  # one window over hours landed one by one ...
+    run_window(spark, shop["path"], 1, 2)  # ... and one hour inside a window landed at once
     after = {t: silver_rows(spark, shop["path"], f"dbz_shop__{t}", meta=True) for t in TABLES}
     assert after == before
     check_silver(spark, shop, shop["src"].final_state())

@@ -108,7 +108,9 @@ def pyiceberg_catalog(cat: CatalogConfig):
         uri = "sqlite:///" + cat.uri.removeprefix("jdbc:sqlite:")
     else:
         rest = cat.uri.removeprefix("jdbc:postgresql://")
-        auth = f"{cat.user}:{cat.password}@" if cat.user else ""
+        from urllib.parse import quote
+
+        auth = f"{quote(cat.user, safe='')}:{quote(cat.password or '', safe='')}@" if cat.user else ""
         uri = f"postgresql+psycopg2://{auth}{rest}"
     return SqlCatalog(cat.name, uri=uri, warehouse=cat.warehouse)
 

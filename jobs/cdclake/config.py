@@ -110,10 +110,17 @@ class SourceConfig(_Model):
 
 
 class SilverConfig(_Model):
-    """How silver tables are written."""
+    """How silver tables are written.
+
+    ``delete_mode``: ``hard`` removes deleted rows and records a tombstone (key and position) in
+    ``<namespace>_tombstones.<table>`` for ``tombstone_retention_hours`` of source time, so that
+    late or re-run older changes cannot bring a deleted row back; ``soft`` keeps deleted rows with
+    ``_cdc_deleted = true``.
+    """
 
     namespace: str = "silver"
     delete_mode: Literal["hard", "soft"] = "hard"
+    tombstone_retention_hours: int = Field(24 * 7, ge=1)
     buckets: int = Field(8, ge=1)
     write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
 

@@ -8,7 +8,8 @@ hour whose offset range holds the record; see ``cdclake.kafka_ranges``). Partiti
 
 ``raw.land_manifest`` records what each run landed: kafka_topic, kafka_partition, landed_hour,
 start_offset, end_offset (exclusive), records (bigint), landed_at timestamp (one row per
-partition and non-empty hour).
+partition and non-empty hour; partitioned like the raw table, so that any window can be
+replaced by an overwrite whose filter matches whole files).
 
 Re-landing a window replaces exactly that window's rows for the landed topics (one atomic
 Iceberg overwrite by filter), so reruns and backfills are idempotent.
@@ -40,7 +41,7 @@ def ensure_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
     spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, RAW_TABLE)} ({RAW_SCHEMA}) USING iceberg "
               "PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2')")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, MANIFEST_TABLE)} ({MANIFEST_SCHEMA}) USING iceberg "
-              "PARTITIONED BY (kafka_topic) TBLPROPERTIES ('format-version'='2')")
+              "PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2')")
 
 
 def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hour"):

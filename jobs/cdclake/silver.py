@@ -14,7 +14,9 @@ For every source table in the window's bronze rows:
 3. One ``MERGE INTO`` per table applies the result, but only where the change is newer than the
    change that produced the silver row (every silver row carries ``_cdc_position``,
    ``_cdc_kafka_partition``, ``_cdc_kafka_offset``), so reruns and duplicates change nothing.
-   A truncate deletes every row older than it.
+   A truncate deletes every row older than it. In hard-delete mode every delete also leaves a
+   tombstone (:func:`record_tombstones`), and changes not newer than a key's tombstone are
+   dropped before the MERGE, so a rerun of an earlier hour cannot bring a deleted row back.
 
 Silver tables live in ``<catalog>.<silver.namespace>`` and are named
 ``<table_prefix><database>__<schema>__<table>`` (missing parts left out). They are created on first
@@ -221,6 +223,58 @@ def collapse(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     return out
 
 
+TOMBSTONE_SCHEMA = ("key array<string>, _cdc_position array<decimal(38,0)>, _cdc_kafka_partition int, "
+                    "_cdc_kafka_offset bigint, _cdc_source_ts_ms bigint")
+
+
+def tombstone_table(cfg: PipelineConfig, st: SourceTable) -> str:
+    """Quoted name of the tombstone table of ``st``: ``<namespace>_tombstones.<silver name>``.
+
+    Columns: key array<string> (primary-key values in canonical text), and the ``_cdc_*``
+    position columns and source time (ms) of the delete.
+    """
+    return (f"{cfg.catalog.name}.{T.quote_ident(cfg.silver.namespace + '_tombstones')}."
+            f"{T.quote_ident(st.silver_name)}")
+
+
+def without_tombstoned(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, src: "DataFrame",
+                       nkeys: int) -> "DataFrame":
+    """Drop collapsed changes that are not newer than a recorded delete of the same key."""
+    from pyspark.sql import functions as F
+
+    name = tombstone_table(cfg, st)
+    if not _table_exists(spark, name):
+        return src
+    tomb = spark.table(name).select(F.col("key").alias("_tkey"), F.struct(
+        F.col("_cdc_position").alias("p"), F.col("_cdc_kafka_partition").alias("kp"),
+        F.col("_cdc_kafka_offset").alias("ko")).alias("_tord"))
+    keyed = src.withColumn("_tkey", F.array(*[F.col(f"_k{i}") for i in range(nkeys)]))
+    order = F.struct(F.col("_cdc_position").alias("p"), F.col("_cdc_kafka_partition").alias("kp"),
+                     F.col("_cdc_kafka_offset").alias("ko"))
+    return (keyed.join(tomb, "_tkey", "left").where(F.col("_tord").isNull() | (order > F.col("_tord")))
+            .drop("_tkey", "_tord"))
+
+
+def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, view: str, nkeys: int) -> None:
+    """Upsert a tombstone for every delete of the batch; drop those older than the retention."""
+    ensure_namespace(spark, cfg, cfg.silver.namespace + "_tombstones")
+    name = tombstone_table(cfg, st)
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({TOMBSTONE_SCHEMA}) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
+              "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")
+    key = "array(" + ", ".join(f"s._k{i}" for i in range(nkeys)) + ")"
+    meta = ["_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_source_ts_ms"]
+    newer = ("struct(t._cdc_position, t._cdc_kafka_partition, t._cdc_kafka_offset) < "
+             "struct(s._cdc_position, s._cdc_kafka_partition, s._cdc_kafka_offset)")
+    spark.sql(f"MERGE INTO {name} t USING (SELECT * FROM {view} WHERE _op = 'delete') s ON t.key = {key} "
+              f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in meta)} "
+              f"WHEN NOT MATCHED THEN INSERT (key, {', '.join(meta)}) VALUES ({key}, {', '.join('s.' + c for c in meta)})")
+    horizon = spark.sql(f"SELECT max(_cdc_source_ts_ms) AS m FROM {name}").first()["m"]
+    if horizon is not None:
+        cutoff = int(horizon) - cfg.silver.tombstone_retention_hours * 3_600_000
+        spark.sql(f"DELETE FROM {name} WHERE _cdc_source_ts_ms < {cutoff}")
+
+
 def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str]) -> str:
     """The ``MERGE INTO`` statement applying a collapsed batch (view ``view``) to table ``name``.
 
@@ -288,13 +342,19 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
             return result
         pk, types = batch_schema(rows)
         types = ensure_silver_table(spark, cfg, name, pk, types, result)
-        src = collapse(rows, pk).persist()
+        src = collapse(rows, pk)
+        hard = cfg.silver.delete_mode == "hard"
+        if hard:
+            src = without_tombstoned(spark, cfg, st, src, len(pk))
+        src = src.persist()
         try:
             counts = {r["_op"]: r["n"] for r in src.groupBy("_op").agg(F.count("*").alias("n")).collect()}
             result.upserts, result.deletes = int(counts.get("upsert", 0)), int(counts.get("delete", 0))
             view = "_cdc_merge_source"
             src.createOrReplaceTempView(view)
             spark.sql(merge_sql(cfg, name, view, pk, types))
+            if hard:
+                record_tombstones(spark, cfg, st, view, len(pk))
         finally:
             src.unpersist()
     finally:
