@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -64,7 +65,7 @@ def stage_job(stage: str, cfg, **kwargs) -> SparkSubmitOperator:
         application_args=["--pipeline", cfg.path, "--start", "{{ %s['start'] }}" % WINDOW,
                           "--end", "{{ %s['end'] }}" % WINDOW, "--topics", "{{ %s['topics'] }}" % WINDOW],
         env_vars={"PYTHONPATH": os.pathsep.join(filter(None, [str(JOBS), os.environ.get("PYTHONPATH")])),
-                  "TZ": "UTC", "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+                  "PYSPARK_PYTHON": sys.executable, "TZ": "UTC", "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
                   **({"CDC_STATE_DIR": os.environ["CDC_STATE_DIR"]} if "CDC_STATE_DIR" in os.environ else {})},
         **kwargs,
     )

@@ -6,9 +6,11 @@ Tests keep out of each other's way with their own topic names and silver namespa
 """
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
+import struct
 import sys
 import tempfile
 import time
@@ -108,6 +110,17 @@ def produce(bootstrap: str, topic: str, records: list[tuple], partitions: int = 
                      on_delivery=lambda err, msg: errors.append(err) if err else None)
     assert prod.flush(30) == 0
     assert not errors, errors
+
+
+def f32(x) -> float:
+    """``x`` rounded to a 32-bit float (Flink's products.weight is a FLOAT)."""
+    return struct.unpack("f", struct.pack("f", float(x)))[0]
+
+
+def flink_expected(name: str) -> dict[int, tuple]:
+    """A final state from ``flink/expected/``: ``{id: (name, description, weight as float32)}``."""
+    with open(CONFORMANCE / "flink" / "expected" / name, newline="", encoding="utf-8") as fh:
+        return {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in csv.DictReader(fh)}
 
 
 def json_lines(path: Path) -> list[str]:

@@ -6,11 +6,8 @@ Source: Apache Flink ``flink-formats/flink-json/src/test/resources/`` (read in p
 """
 from __future__ import annotations
 
-import csv
-import struct
-
 import pytest
-from conftest import CONFORMANCE, json_lines, produce, write_pipeline
+from conftest import CONFORMANCE, f32, flink_expected, json_lines, produce, write_pipeline
 from pipeline import hour, ms, run_window, silver_rows
 
 FLINK = CONFORMANCE / "flink"
@@ -22,13 +19,8 @@ DEBEZIUM_FILES = {
 }
 
 
-def f32(x) -> float:
-    return struct.unpack("f", struct.pack("f", float(x)))[0]
 
 
-def expected(name: str) -> dict[int, tuple]:
-    with open(FLINK / "expected" / name) as f:
-        return {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in csv.DictReader(f)}
 
 
 def as_state(rows: list[dict]) -> dict[int, tuple]:
@@ -63,12 +55,12 @@ def flink_run(stack, spark):
                                        ("pg_excl", "pg_excl_postgres__inventory__products")])
 def test_debezium_final_state(spark, flink_run, tag, table):
     path, _, _ = flink_run
-    assert as_state(silver_rows(spark, path, table)) == expected("debezium.final-state.derived.csv")
+    assert as_state(silver_rows(spark, path, table)) == flink_expected("debezium.final-state.derived.csv")
 
 
 def test_canal_final_state(spark, flink_run):
     path, _, _ = flink_run
-    assert as_state(silver_rows(spark, path, "canal_inventory__products2")) == expected("canal-maxwell.final-state.derived.csv")
+    assert as_state(silver_rows(spark, path, "canal_inventory__products2")) == flink_expected("canal-maxwell.final-state.derived.csv")
 
 
 def test_typed_columns_from_schema(spark, flink_run):

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import sys
 
 import pytest
 from conftest import REPO, STATE, write_pipeline

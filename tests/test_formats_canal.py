@@ -7,14 +7,12 @@ Flink's ``CanalJsonSerDeSchemaTest`` changelog) and Apache Paimon's Kafka CDC te
 """
 from __future__ import annotations
 
-import csv
 import json
 import pickle
 import re
-import struct
 
 import pytest
-from conftest import CONFORMANCE
+from conftest import CONFORMANCE, f32, flink_expected, json_lines
 from reference_model import apply_changes, changes
 
 from cdclake.formats.canal import mysql_type
@@ -33,20 +31,8 @@ def parse(value, key=None, **options):
     return get_parser("canal-json", options).parse(krec(value, key))
 
 
-def json_lines(path) -> list[str]:
-    """Lines of a vector file that parse as JSON (licence header lines are skipped)."""
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            json.loads(line)
-        except ValueError:
-            continue
-        out.append(line)
-    return out
 
 
-def f32(x) -> float:
-    return struct.unpack("f", struct.pack("f", float(x)))[0]
 
 
 # --- Alibaba Cloud DTS: Canal JSON samples (pasted verbatim) --------------------------------------
@@ -164,9 +150,7 @@ def test_flink_canal_final_state():
     state = apply_changes(pairs)
     (table,) = state.values()
     got = {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in table.values()}
-    with open(FLINK / "expected" / "canal-maxwell.final-state.derived.csv", newline="", encoding="utf-8") as fh:
-        want = {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in csv.DictReader(fh)}
-    assert got == want
+    assert got == flink_expected("canal-maxwell.final-state.derived.csv")
     assert list(state) == ["inventory.products2"]
 
 

@@ -8,13 +8,11 @@ two read in place from the shared conformance directory.
 """
 from __future__ import annotations
 
-import csv
 import json
 import pickle
-import struct
 
 import pytest
-from conftest import CONFORMANCE
+from conftest import CONFORMANCE, f32, flink_expected, json_lines
 from reference_model import apply_changes, changes
 
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser, parse_all
@@ -39,25 +37,10 @@ def one(value, key=None, **options) -> ChangeRecord:
     return result[0]
 
 
-def json_lines(path) -> list[str]:
-    """Lines of a vector file that parse as JSON (licence header lines are skipped)."""
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            json.loads(line)
-        except ValueError:
-            continue
-        out.append(line)
-    return out
 
 
-def f32(x) -> float:
-    return struct.unpack("f", struct.pack("f", float(x)))[0]
 
 
-def expected_products(name: str) -> dict[int, tuple]:
-    with open(FLINK / "expected" / name, newline="", encoding="utf-8") as fh:
-        return {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in csv.DictReader(fh)}
 
 
 def products(state: dict) -> dict[int, tuple]:
@@ -354,7 +337,7 @@ def test_flink_debezium_final_state(name):
     assert sum(isinstance(r, ControlRecord) and r.kind == "tombstone" for _, r in results) == 1
     pairs = changes(results)
     assert len(pairs) == 16
-    assert products(apply_changes(pairs)) == expected_products("debezium.final-state.derived.csv")
+    assert products(apply_changes(pairs)) == flink_expected("debezium.final-state.derived.csv")
     ops = [c.op for _, c in pairs]
     assert ops.count("update") == 4 and ops.count("delete") == 1
     if "postgres" in name:
@@ -400,7 +383,7 @@ def test_flink_postgres_replica_identity_with_kafka_keys(with_schema):
     pairs = changes(results)
     delete = pairs[-1][1]
     assert delete.op == "delete" and delete.before == {"id": "111"} and delete.primary_key == ["id"]
-    assert products(apply_changes(pairs)) == expected_products("debezium.final-state.derived.csv")
+    assert products(apply_changes(pairs)) == flink_expected("debezium.final-state.derived.csv")
 
 
 # --- Apache Paimon Kafka CDC vectors -------------------------------------------------------------

@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from cdclake.config import state_dir
 from cdclake.embedded import airflow_env
 
 PROCESSES = {

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-from cdclake.config import CatalogConfig, ConfigError, PipelineConfig
+from cdclake.config import REPO_ROOT, CatalogConfig, ConfigError, PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,6 +89,9 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         # pyiceberg creates the catalog tables; Spark must not hold SQLite locks to create them.
         f"{prefix}.jdbc.init-catalog-tables": "false",
         f"{prefix}.cache-enabled": "false",
+        # executors' Python workers import the library from the same path (local mode and clusters
+        # whose nodes share the image); spark-submit's --py-files would work as well
+        "spark.executorEnv.PYTHONPATH": str(REPO_ROOT / "jobs"),
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     }
@@ -127,10 +131,12 @@ def spark_session(cfg: PipelineConfig, app_name: str = "cdclake") -> "SparkSessi
 
     pyiceberg_catalog(cfg.catalog).engine.dispose()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this interpreter's packages
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not inside spark-submit: start our own JVM
         builder = (builder.master(cfg.spark.master)
                    .config("spark.driver.memory", cfg.spark.driver_memory)
+
                    .config("spark.jars", ",".join(spark_jars(cfg.catalog))))
     for k, v in spark_conf(cfg).items():
         builder = builder.config(k, v)

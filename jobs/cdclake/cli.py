@@ -2,7 +2,7 @@
 
 Exit codes: 0 done; 2 bad input (config, window, catalog directory); 1 the stage failed
 (broker unreachable, landed records gone from Kafka, tables not merged, gate failed). Errors print one line
-``error: <cause>`` on stderr (the traceback goes to the log at DEBUG level).
+``error: <cause>`` on stderr (the traceback goes to the log before it).
 """
 from __future__ import annotations
 
@@ -59,10 +59,22 @@ def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
-        log.debug("stage %s failed", stage, exc_info=True)
-        print(f"error: {stage} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         log.error("stage %s failed", stage, exc_info=True)
+        print(f"error: {stage} failed: {describe(exc)}", file=sys.stderr)
         return 1
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception; a JVM error is described by its Java exception, not by py4j."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text = f"{java.getClass().getName()}: {java.getMessage()}"
+        except Exception:
+            text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
 def spark_stage(stage: str, fn: Callable) -> Callable[[PipelineConfig, Window], object]:

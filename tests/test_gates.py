@@ -1,0 +1,53 @@
+"""A failing gate names what failed, writes Data Docs, and fails its Airflow task."""
+from __future__ import annotations
+
+import pytest
+from conftest import STATE, produce, write_pipeline
+from pipeline import hour, ms, run_window
+
+from cdclake.config import load_pipeline
+from cdclake.gates import GateFailed, run_gate
+from cdclake.window import Window
+
+
+@pytest.fixture
+def landed(stack, spark, unique):
+    topic = f"gates.{unique}"
+    rows = [(0, ms(hour(0)) + i, f'{{"id": {i}}}', f'{{"op": "c", "after": {{"id": {i}}}, "source": {{"table": "t", "ts_ms": {i}}}}}')
+            for i in range(20)]
+    produce(stack["bootstrap"], topic, rows)
+    path = write_pipeline(f"gates_{unique}", [{"topic": topic, "format": "debezium-json", "primary_key": ["id"]}],
+                          silver={"namespace": f"gates_{unique}"}, gates={"data_docs_dir": str(STATE / f"docs_{unique}")})
+    run_window(spark, path, 0, 1, gates=True)  # all three gates pass on intact data
+    return topic, path
+
+
+def test_land_gate_fails_when_a_landed_record_is_missing(spark, landed):
+    topic, path = landed
+    spark.sql(f"DELETE FROM lake.raw.kafka_records WHERE kafka_topic = '{topic}' AND kafka_offset = 7")
+    cfg = load_pipeline(path)
+    with pytest.raises(GateFailed) as err:
+        run_gate("land", cfg, Window(hour(0), hour(1)))
+    text = str(err.value)
+    assert "land gate failed" in text and "offsets: expect_column_pair_values_to_be_equal column_A=landed" in text
+    index = cfg.gates.docs_dir() / cfg.name / "land" / "index.html"
+    assert index.exists() and f"Data Docs: {index}" in text
+
+
+def test_normalize_gate_fails_when_counts_do_not_balance(spark, landed):
+    topic, path = landed
+    spark.sql(f"DELETE FROM lake.bronze.changes WHERE kafka_topic = '{topic}' AND kafka_offset = 3")
+    with pytest.raises(GateFailed, match="counts: expect_column_pair_values_to_be_equal column_A=raw, column_B=accounted"):
+        run_gate("normalize", load_pipeline(path), Window(hour(0), hour(1)))
+
+
+def test_gate_operator_fails_the_task(spark, landed):
+    from airflow.exceptions import AirflowException
+    from cdc_operators import GateOperator
+
+    topic, path = landed
+    spark.sql(f"DELETE FROM lake.raw.kafka_records WHERE kafka_topic = '{topic}' AND kafka_offset = 0")
+    op = GateOperator(task_id="gate", stage="land", pipeline=str(path), start="2024-01-01T00:00:00Z",
+                      end="2024-01-01T01:00:00Z", topics="")
+    with pytest.raises(AirflowException, match="land gate failed"):
+        op.execute({})
