@@ -174,6 +174,10 @@ def test_values_have_column_types(source):
                     assert isinstance(v, str) and len(v) <= int(col.mysql_type.split("(")[1][:-1])
                 elif col.ctype == "timestamp":
                     assert isinstance(v, dt.datetime) and v.tzinfo is None and v.microsecond % 1000 == 0
+                elif col.ctype == "date":
+                    assert type(v) is dt.date
+                elif col.ctype == "binary":
+                    assert type(v) is bytes and len(v) == 8
                 else:
                     assert isinstance(v, Decimal)
                     assert -v.as_tuple().exponent == decimal_precision_scale(col.ctype)[1]
@@ -211,6 +215,10 @@ def _decode_dbz_row(table, row):
             v = decimal_from_base64(v, decimal_precision_scale(col.ctype)[1])
         elif v is not None and col.ctype == "timestamp":
             v = ms_to_datetime(v)
+        elif v is not None and col.ctype == "date":
+            v = dt.date(1970, 1, 1) + dt.timedelta(days=v)
+        elif v is not None and col.ctype == "binary":
+            v = base64.b64decode(v)
         out[col.name] = v
     return out
 
@@ -353,6 +361,10 @@ def _parse_canal_value(col, text):
         return Decimal(text)
     if col.ctype == "timestamp":
         return dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f")
+    if col.ctype == "date":
+        return dt.date.fromisoformat(text)
+    if col.ctype == "binary":
+        return text.encode("latin-1")
     return text
 
 
@@ -378,7 +390,7 @@ def test_canal_shapes(source, history, canal):
         table = TABLES[d["table"]]
         assert d["database"] == "shop" and d["pkNames"] == ["id"] and d["sql"] == ""
         assert d["mysqlType"] == {c.name: c.mysql_type for c in table.columns}
-        assert set(d["sqlType"].values()) <= {-5, 4, 12, 3, 8, 93}
+        assert set(d["sqlType"].values()) <= {-5, 4, 12, 3, 8, 93, 91, -3}
         for row in d["data"]:
             assert list(row) == table.column_names
             assert all(v is None or isinstance(v, str) for v in row.values())
@@ -389,7 +401,7 @@ def test_canal_shapes(source, history, canal):
         else:
             assert d["old"] is None
     types = {d["table"]: d["sqlType"] for d in rows}
-    assert types["customers"] == {"id": -5, "name": 12, "email": 12, "balance": 3, "created_at": 93}
+    assert types["customers"] == {"id": -5, "name": 12, "email": 12, "balance": 3, "created_at": 93, "birth_date": 91}
     assert types["products"]["weight"] == 8 and types["products"]["id"] == 4
     sample = next(d for d in rows if d["table"] == "orders")["data"][0]
     assert len(sample["ordered_at"]) == len("2024-05-01 00:00:00.000")

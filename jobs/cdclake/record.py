@@ -125,6 +125,43 @@ class RecordParser(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SchemaEntry:
+    """A table definition carried by a metadata message (Qlik Replicate ``MD``), kept by the pipeline.
+
+    ``schema_id`` identifies the definition (Qlik's schemaId); ``table_version`` is the source
+    table's version; ``definition`` is the metadata message's JSON text (lineage,
+    tableStructure, dataSchema). Stored in ``bronze.schema_registry``, keyed by
+    (source_format, schema_id).
+    """
+
+    source_format: str
+    schema_id: str
+    table_version: Optional[int]
+    source_schema: Optional[str]
+    source_table: Optional[str]
+    definition: str
+
+
+class SchemaAwareParser(RecordParser, Protocol):
+    """Optional extension for formats whose data messages are decoded with metadata seen earlier.
+
+    The normalize stage first calls :meth:`schema_entries` on every raw record of the window and
+    stores the entries in ``bronze.schema_registry``; it then parses with
+    ``parser.with_schemas(all stored entries of the format)``, so that data messages arriving in a
+    later hour than their metadata decode, and a data message whose schema was never seen raises
+    :class:`ParseError` (quarantined; decoded when its hour is rerun after the metadata lands).
+    """
+
+    def schema_entries(self, record: KafkaRecord) -> list[SchemaEntry]:
+        """Table definitions in ``record`` (empty for data messages and bad input; never raises)."""
+        ...
+
+    def with_schemas(self, entries: Sequence[SchemaEntry]) -> RecordParser:
+        """A parser that decodes data messages with ``entries``."""
+        ...
+
+
 ParserFactory = Callable[[Mapping[str, object]], RecordParser]
 _REGISTRY: dict[str, ParserFactory] = {}
 

@@ -25,6 +25,7 @@ names its table.
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import json
 import zlib
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ DEBEZIUM_VERSION = "1.5.4.Final"
 SERVER_ID = 223344
 
 #: java.sql.Types codes of the MySQL column types the simulated tables use (Canal ``sqlType``).
-SQL_TYPES = {"bigint": -5, "int": 4, "varchar": 12, "decimal": 3, "double": 8, "datetime": 93}
+SQL_TYPES = {"bigint": -5, "int": 4, "varchar": 12, "decimal": 3, "double": 8, "datetime": 93, "date": 91,
+             "varbinary": -3}
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,10 @@ def _connect_field(col) -> dict:
         f = {"type": "double", "optional": col.nullable}
     elif ctype == "timestamp":
         f = {"type": "int64", "optional": col.nullable, "name": "io.debezium.time.Timestamp", "version": 1}
+    elif ctype == "date":
+        f = {"type": "int32", "optional": col.nullable, "name": "io.debezium.time.Date", "version": 1}
+    elif ctype == "binary":
+        f = {"type": "bytes", "optional": col.nullable}
     elif ctype.startswith("decimal"):
         p, s = decimal_precision_scale(ctype)  # type: ignore[misc]
         f = {"type": "bytes", "optional": col.nullable, "name": "org.apache.kafka.connect.data.Decimal",
@@ -116,6 +122,10 @@ def _debezium_value(col, value: object) -> object:
         return decimal_to_base64(value, decimal_precision_scale(col.ctype)[1])  # type: ignore[arg-type,index]
     if col.ctype == "timestamp":
         return datetime_to_ms(value)  # type: ignore[arg-type]
+    if col.ctype == "date":
+        return (value - _dt.date(1970, 1, 1)).days  # type: ignore[operator]
+    if col.ctype == "binary":
+        return base64.b64encode(value).decode("ascii")  # type: ignore[arg-type]
     return value
 
 
@@ -259,6 +269,8 @@ def canal_text(col, value: object) -> Optional[str]:
         return repr(value)
     if col.ctype == "timestamp":
         return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}"  # type: ignore[attr-defined]
+    if col.ctype == "binary":
+        return value.decode("latin-1")  # type: ignore[attr-defined]  # Canal's byte text is ISO-8859-1
     return str(value)
 
 

@@ -100,6 +100,7 @@ TABLES: dict[str, Table] = {
             Column("email", "varchar(200)", "string", True),
             Column("balance", "decimal(12,2)", "decimal(12,2)", False),
             Column("created_at", "datetime(3)", "timestamp", False),
+            Column("birth_date", "date", "date", True),
         ),
         ("id",),
     ),
@@ -111,6 +112,7 @@ TABLES: dict[str, Table] = {
             Column("price", "decimal(10,2)", "decimal(10,2)", False),
             Column("weight", "double", "double", False),
             Column("stock", "int(11)", "int", False),
+            Column("code", "varbinary(8)", "binary", False),
         ),
         ("id",),
     ),
@@ -265,7 +267,7 @@ _BEGIN_EVENT = 80
 _XID_EVENT = 31
 _ROWS_HEADER = 30
 _MAX_ROWS_EVENT = 8192  # binlog-row-event-max-size
-_FIXED_SIZES = {"bigint": 8, "int": 4, "double": 8, "timestamp": 7}
+_FIXED_SIZES = {"bigint": 8, "int": 4, "double": 8, "timestamp": 7, "date": 3}
 
 
 def _row_image_size(table: Table, row: Mapping[str, object]) -> int:
@@ -278,6 +280,8 @@ def _row_image_size(table: Table, row: Mapping[str, object]) -> int:
             size += _FIXED_SIZES[c.ctype]
         elif c.ctype.startswith("decimal"):
             size += 6
+        elif isinstance(v, bytes):
+            size += 1 + len(v)
         else:
             size += 1 + len(str(v).encode("utf-8"))
     return size
@@ -423,7 +427,16 @@ class _Generator:
         name = self._name()
         email = None if self.rng.random() < 0.2 else self._email(name, cid)
         return {"id": cid, "name": name, "email": email, "balance": self._money(0, 2500),
-                "created_at": self._dt(ts_ms)}
+                "created_at": self._dt(ts_ms), "birth_date": self._birth_date()}
+
+    def _birth_date(self) -> Optional[_dt.date]:
+        if self.rng.random() < 0.25:
+            return None
+        return _dt.date(1940, 1, 1) + _dt.timedelta(days=self.rng.randint(0, 365 * 65))
+
+    def _code(self) -> bytes:
+        """8 raw bytes (any value 0-255: not text in any charset)."""
+        return bytes(self.rng.randint(0, 255) for _ in range(8))
 
     # -- transaction kinds -------------------------------------------------------------------
 
@@ -510,8 +523,13 @@ class _Generator:
             while name == c["name"]:
                 name = self._name() + ("" if self.rng.random() < 0.5 else " Jr.")
             self._update(out, "customers", c, name=name)
-        else:
+        elif roll < 0.9:
             self._update(out, "customers", c, balance=(c["balance"] + self._money(5, 500)).quantize(CENT))
+        else:
+            born = c["birth_date"]
+            while born == c["birth_date"]:
+                born = self._birth_date()
+            self._update(out, "customers", c, birth_date=born)
         return out
 
     def tx_signup(self, ts: int) -> list:
@@ -533,6 +551,8 @@ class _Generator:
             changes: dict = {"price": price}
             if self.rng.random() < 0.2:
                 changes["weight"] = max(round(r["weight"] + self.rng.choice([-0.125, 0.25, 0.5]), 3), 0.05)
+            if self.rng.random() < 0.15:
+                changes["code"] = self._code()
             self._update(out, "products", r, **changes)
         return out
 
@@ -636,7 +656,7 @@ class _Generator:
         for pid in range(1, 41):
             row = {"id": pid, "name": f"{self.rng.choice(_ADJ)} {self.rng.choice(_NOUN)}",
                    "price": self._money(2, 400), "weight": round(self.rng.uniform(0.05, 25.0), 3),
-                   "stock": self.rng.randint(20, 400)}
+                   "stock": self.rng.randint(20, 400), "code": self._code()}
             self._insert(out, "products", row)
         txs.append((ts0, "bulk_load", out))
         for batch in range(3):
