@@ -10,6 +10,7 @@ Table names used by the pipeline (all inside the configured catalog):
 ``bronze.changes``             canonical change records (``cdclake.record``)
 ``bronze.quarantine``          records that could not be parsed, with the reason
 ``bronze.control_events``      DDL, tombstones, heartbeats: recognised, not rows
+``bronze.schema_registry``     table definitions from metadata messages (Qlik Replicate)
 ``<silver.namespace>.<name>``  one table per source table (``cdclake.silver``)
 =============================  ====================================================
 """
@@ -31,6 +32,7 @@ MANIFEST_TABLE = "raw.land_manifest"
 BRONZE_TABLE = "bronze.changes"
 QUARANTINE_TABLE = "bronze.quarantine"
 CONTROL_TABLE = "bronze.control_events"
+REGISTRY_TABLE = "bronze.schema_registry"
 JDBC_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
 
 

@@ -8,7 +8,11 @@ Every raw record ends up in exactly one of three tables (the normalize gate chec
 - ``bronze.quarantine``: records no parser could read: kafka coordinates, landed_hour,
   source_format, reason (names format and field), key and value bytes, quarantined_at.
 - ``bronze.control_events``: records that are not row changes (DDL, tombstones, heartbeats,
-  transaction markers): kafka coordinates, landed_hour, source_format, kind, source names, detail.
+  transaction markers, metadata messages): kafka coordinates, landed_hour, source_format, kind,
+  source names, detail.
+
+Formats whose data messages need earlier metadata messages (Qlik Replicate) also keep their table
+definitions in ``bronze.schema_registry`` (:func:`register_schemas`), which accumulates across hours.
 
 All three are partitioned by (kafka_topic, hours(landed_hour)); a rerun overwrites the window.
 """
@@ -18,10 +22,11 @@ import logging
 from decimal import Decimal
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from cdclake.catalog import BRONZE_TABLE, CONTROL_TABLE, QUARANTINE_TABLE, RAW_TABLE, ensure_namespace, qualified
+from cdclake.catalog import (BRONZE_TABLE, CONTROL_TABLE, QUARANTINE_TABLE, RAW_TABLE, REGISTRY_TABLE, ensure_namespace,
+                             qualified)
 from cdclake.config import PipelineConfig
 from cdclake.land import window_filter
-from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser
+from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaEntry, get_parser
 from cdclake.window import Window
 
 if TYPE_CHECKING:
@@ -39,6 +44,9 @@ QUARANTINE_SCHEMA = KAFKA_COLS + ", source_format string, reason string, key bin
 CONTROL_SCHEMA = (KAFKA_COLS + ", source_format string, kind string, source_database string, source_schema string, "
                   "source_table string, detail string")
 _TABLES = ((BRONZE_TABLE, BRONZE_SCHEMA), (QUARANTINE_TABLE, QUARANTINE_SCHEMA), (CONTROL_TABLE, CONTROL_SCHEMA))
+REGISTRY_SCHEMA = ("source_format string, schema_id string, table_version int, source_schema string, "
+                   "source_table string, definition string, kafka_topic string, kafka_partition int, "
+                   "kafka_offset bigint, landed_hour timestamp")
 
 
 def ensure_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
@@ -47,6 +55,52 @@ def ensure_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
     for name, schema in _TABLES:
         spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, name)} ({schema}) USING iceberg "
                   "PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, REGISTRY_TABLE)} ({REGISTRY_SCHEMA}) USING iceberg "
+              "PARTITIONED BY (source_format) TBLPROPERTIES ('format-version'='2')")
+
+
+def kafka_record(r) -> KafkaRecord:
+    """The :class:`KafkaRecord` of a raw table row."""
+    return KafkaRecord(r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms,
+                       None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value),
+                       [(h.name, None if h.value is None else bytes(h.value)) for h in (r.headers or [])])
+
+
+def register_schemas(spark: "SparkSession", cfg: PipelineConfig, raw, parsers: dict) -> dict:
+    """Store the window's table definitions and give schema-aware parsers every stored one.
+
+    For each topic whose parser is a :class:`cdclake.record.SchemaAwareParser` (Qlik
+    Replicate), the metadata messages of the window are added to ``bronze.schema_registry``
+    (keyed by source_format and schema_id; a known id is kept as first registered), then the
+    parser is replaced by ``parser.with_schemas(all entries of its format)``. Returns the new
+    ``{topic: parser}``.
+    """
+    aware = {t: p for t, p in parsers.items() if hasattr(p, "schema_entries") and hasattr(p, "with_schemas")}
+    if not aware:
+        return parsers
+
+    def entries(rows):
+        for r in rows:
+            for e in aware[r.kafka_topic].schema_entries(kafka_record(r)):
+                yield (e.source_format, e.schema_id, e.table_version, e.source_schema, e.source_table, e.definition,
+                       r.kafka_topic, r.kafka_partition, r.kafka_offset, r.landed_hour)
+
+    from pyspark.sql import functions as F
+
+    found = spark.createDataFrame(raw.where(F.col("kafka_topic").isin(list(aware))).rdd.mapPartitions(entries),
+                                  REGISTRY_SCHEMA)
+    found = found.dropDuplicates(["source_format", "schema_id"])
+    found.createOrReplaceTempView("_cdc_new_schemas")
+    spark.sql(f"MERGE INTO {qualified(cfg, REGISTRY_TABLE)} t USING _cdc_new_schemas s "
+              "ON t.source_format = s.source_format AND t.schema_id = s.schema_id WHEN NOT MATCHED THEN INSERT *")
+    formats = sorted({p.format_name for p in aware.values()})
+    stored: dict[str, list[SchemaEntry]] = {f: [] for f in formats}
+    for r in spark.table(qualified(cfg, REGISTRY_TABLE)).where(F.col("source_format").isin(formats)).collect():
+        stored[r.source_format].append(SchemaEntry(r.source_format, r.schema_id, r.table_version, r.source_schema,
+                                                   r.source_table, r.definition))
+    for fmt, es in stored.items():
+        log.info("schema registry: %d table definitions of format %s", len(es), fmt)
+    return {t: (aware[t].with_schemas(stored[aware[t].format_name]) if t in aware else p) for t, p in parsers.items()}
 
 
 def check_change(c: ChangeRecord) -> None:
@@ -76,9 +130,7 @@ def classify(parser, rows: Iterable) -> Iterator[tuple]:
     fmt = parser.format_name
     for r in rows:
         kcols = (r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms, r.landed_hour)
-        rec = KafkaRecord(r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms,
-                          None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value),
-                          [(h.name, h.value) for h in (r.headers or [])])
+        rec = kafka_record(r)
         try:
             result = parser.parse(rec)
             if isinstance(result, ControlRecord):
@@ -120,6 +172,7 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
     ensure_tables(spark, cfg)
     parsers = {t: get_parser(cfg.source(t).format, cfg.source(t).parser_options()) for t in topics}
     raw = spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
+    parsers = register_schemas(spark, cfg, raw, parsers)
 
     def parse_partition(rows):
         by_topic: dict[str, list] = {}

@@ -120,20 +120,25 @@ def _image(table: Table, row: Optional[Mapping]) -> dict:
     return {} if row is None else {c.name: connect_value(c, row[c.name]) for c in table.columns}
 
 
-def _sql_values(table: Table, row: Mapping) -> list[str]:
-    return ["NULL" if row[c.name] is None else to_text(row[c.name], c.ctype) for c in table.columns]  # type: ignore[misc]
+def _sql_values(table: Table, row: Optional[Mapping]) -> list[str]:
+    row = row or {}
+    return ["NULL" if row.get(c.name) is None else str(to_text(row[c.name], c.ctype)) for c in table.columns]
 
 
 def query_text(table: Table, database: str, op: str, before: Optional[Mapping], after: Optional[Mapping]) -> str:
-    """The ``source.query`` text: a statement built from the values, unquoted, as in the samples."""
+    """The ``source.query`` text: a statement built from the values, unquoted, as in the samples.
+
+    ``op`` ``r``/``c`` give ``INSERT INTO db.t(cols) VALUES(...)``, ``d`` gives
+    ``DELETE FROM db.t WHERE c=v AND ...`` and ``u`` gives ``UPDATE db.t SET c=v AND ... WHERE ...``.
+    """
     names = table.column_names
     qualified = f"{database}.{table.name}"
     if op in ("r", "c"):
-        return f"INSERT INTO {qualified}({', '.join(names)}) VALUES({', '.join(_sql_values(table, after))})"  # type: ignore[arg-type]
-    where = " AND ".join(f"{n}={v}" for n, v in zip(names, _sql_values(table, before)))  # type: ignore[arg-type]
+        return f"INSERT INTO {qualified}({', '.join(names)}) VALUES({', '.join(_sql_values(table, after))})"
+    where = " AND ".join(f"{n}={v}" for n, v in zip(names, _sql_values(table, before)))
     if op == "d":
         return f"DELETE FROM {qualified} WHERE {where}"
-    sets = " AND ".join(f"{n}={v}" for n, v in zip(names, _sql_values(table, after)))  # type: ignore[arg-type]
+    sets = " AND ".join(f"{n}={v}" for n, v in zip(names, _sql_values(table, after)))
     return f"UPDATE {qualified} SET {sets} WHERE {where}"
 
 
@@ -172,8 +177,8 @@ def arcion_json(history: Sequence[Transaction], tables: Mapping[str, Table], dat
             else:
                 events = [("u", ch.before, ch.after)]
             for j, (op, before, after) in enumerate(events):
-                image = after if after is not None else before
-                key_payload = {k: connect_value(table.column(k), image[k]) for k in table.primary_key}  # type: ignore[index]
+                image: Mapping = after if after is not None else before  # type: ignore[assignment]
+                key_payload = {k: connect_value(table.column(k), image[k]) for k in table.primary_key}
                 key = _dumps({"schema": key_schemas[ch.table], "payload": key_payload})
                 kafka_ts = last_ts = max(last_ts, tx.commit_ts_ms + delivery_delay_ms(tx.tx_id, n))
                 n += 1

@@ -1,0 +1,308 @@
+"""``shareplex-json``: SharePlex JSON change records (as Alibaba Cloud DTS and SharePlex write them to Kafka).
+
+Implements "Alibaba Cloud DTS: data formats of Kafka messages", section *Shareplex JSON* (Table 1
+and the three examples). Each Kafka record is one operation ``{"meta": {...}, "data": {...},
+"key": {...}}``:
+
+=================  ==========================================================================
+field              read as
+=================  ==========================================================================
+``meta.op``        ``ins``/``INSERT`` → insert (``data`` is the row); ``upd``/``UPDATE`` → update;
+                   ``del``/``DELETE`` → delete (``data`` is the deleted row); ``TRUNCATE`` →
+                   truncate; ``DROP COLUMN`` → a ``ddl`` control record; ``UPDATE AFTER`` → update;
+                   ``UPDATE BEFORE`` → a ``metadata`` control record (see below). Case-insensitive;
+                   ``_`` may stand for the space.
+``meta.table``     ``SCHEMA.TABLE``, split on the first dot outside double quotes (quotes removed,
+                   ``""`` inside quotes is one ``"``) → ``source_schema``, ``source_table``; no dot:
+                   the whole name is the table. ``source_database`` is None.
+``meta.scn``       the commit SCN, a decimal string (any size below 10**38) → position element 1
+``meta.seq``       the operation's sequence number in its transaction (from 1) → position element
+                   2 and ``tx_seq``; taken from ``meta.idx`` when absent
+``meta.size``,     the transaction's operation count; ``idx`` is ``seq/size``. Not a bronze column:
+``meta.idx``       read it with :func:`meta_idx` / :meth:`ShareplexJsonParser.transaction_size`
+``meta.trans``     the transaction id → ``tx_id``
+``meta.time``      the commit time, UTC, ``yyyy-MM-ddTHH:mm:ss`` with optional ``Z`` (fractions and
+                   offsets accepted) → ``source_ts_ms``
+``userid``,        not used (``rowid`` is a physical address, not a key; ``posttime`` is the time
+``rowid``,         the destination applied the change)
+``posttime``
+=================  ==========================================================================
+
+Images. Values are strings or null (numbers and booleans, which SharePlex's own Kafka writer
+may send, are kept as their text); there are no types in the format, so columns are ``string``
+unless ``column_types`` configures them. An update's ``data`` holds only the changed columns (new
+values) and ``key`` the key columns' values before the change: the before image is ``key``
+(partial) and the after image is ``key`` overlaid with ``data`` — the key columns keep their
+values unless ``data`` changes them, and every other unchanged column is absent. An insert's
+after image and a delete's before image are ``data`` (a delete that also carries ``key`` has it
+laid under ``data``). ``UPDATE AFTER`` is read as an update; the ``UPDATE BEFORE`` record of the
+pair carries only the old image, which the upsert of the ``UPDATE AFTER`` record does not need,
+so it is recognised and counted, never applied.
+
+Primary key: configured (``primary_key``/``primary_keys``) → the ``key`` object's column names
+(as SharePlex sends them: its key columns, for a table without a key all its columns; only
+updates carry ``key``) → the Kafka key's columns when it is a JSON object → ParseError. So
+inserts and deletes need a configured key.
+
+Position ``(scn, seq)``: the SCN orders transactions, ``seq`` the operations inside one (0 when
+neither ``seq`` nor ``idx`` is sent). SharePlex can be set to send fewer ``meta`` fields: without
+``scn`` the position is ``()`` and changes keep their Kafka order (partition, offset) only, which
+is right for a single-partition topic.
+
+Options: those of :class:`cdclake.formats._common.SourceOptions` (``primary_key``,
+``primary_keys``, ``column_types``). Configured ``timestamp`` columns read SharePlex's
+``2024-05-24T15:58:48.000000000`` text (nanoseconds truncated to µs); ``binary`` columns are read
+as Base64 text.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import Any, Mapping, Optional
+
+from cdclake.formats._common import (
+    SourceOptions,
+    coerce_text,
+    convert_image,
+    key_delete_image,
+    load_json,
+    parse_timestamp,
+    read_key,
+    resolve_primary_key,
+)
+from cdclake.positions import as_element
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.types import to_text
+
+FORMAT = "shareplex-json"
+#: ``meta.op`` (upper-cased, ``_`` read as a space) → bronze op, or a control kind for records that are not rows.
+OPS = {
+    "INS": "insert", "INSERT": "insert",
+    "UPD": "update", "UPDATE": "update", "UPDATE AFTER": "update",
+    "DEL": "delete", "DELETE": "delete",
+    "TRUNCATE": "truncate",
+}
+CONTROL_OPS = {"DROP COLUMN": "ddl", "UPDATE BEFORE": "metadata"}
+_IDX_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_EPOCH = _dt.datetime(1970, 1, 1)
+_DELETE_HINT = "the deleted row does not carry them; check the configured primary_key"
+
+
+def split_table(name: str) -> tuple[Optional[str], str]:
+    """``SCHEMA.TABLE`` → ``(schema, table)``, split on the first dot outside double quotes.
+
+    Quoted parts lose their quotes (``""`` inside them is one ``"``): ``"MY.S"."T.1"`` →
+    ``("MY.S", "T.1")``. A name without such a dot is ``(None, name)``. Raises ``ValueError`` for
+    an empty part or an unterminated quote.
+    """
+    parts: list[str] = []
+    current: list[str] = []
+    i, quoted = 0, False
+    while i < len(name):
+        ch = name[i]
+        if quoted:
+            if ch == '"':
+                if name[i + 1:i + 2] == '"':
+                    current.append('"')
+                    i += 1
+                else:
+                    quoted = False
+            else:
+                current.append(ch)
+        elif ch == '"':
+            quoted = True
+        elif ch == "." and not parts:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    if quoted:
+        raise ValueError(f"unterminated quote in table name {name!r}")
+    parts.append("".join(current))
+    if any(not p for p in parts):
+        raise ValueError(f"table name {name!r} has an empty part")
+    return (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+
+
+def meta_idx(meta: Mapping[str, Any]) -> tuple[Optional[int], Optional[int]]:
+    """``(seq, size)`` of an operation: ``meta.seq``/``meta.size``, else the parts of ``meta.idx``
+    (``"1/11"`` → ``(1, 11)``); None where unknown. Raises :class:`ParseError` naming the field
+    that is not a non-negative integer (or, for ``idx``, not ``seq/size``)."""
+    seq, size = _opt_int(meta, "seq"), _opt_int(meta, "size")
+    idx = meta.get("idx")
+    if idx is not None and (seq is None or size is None):
+        m = _IDX_RE.match(str(idx)) if isinstance(idx, str) else None
+        if not m:
+            raise ParseError(FORMAT, f"{idx!r} is not seq/size", "meta.idx")
+        seq = int(m.group(1)) if seq is None else seq
+        size = int(m.group(2)) if size is None else size
+    return seq, size
+
+
+def _opt_int(meta: Mapping[str, Any], name: str) -> Optional[int]:
+    value = meta.get(name)
+    if value is None:
+        return None
+    try:
+        return as_element(value, f"meta.{name}")
+    except ValueError as exc:
+        raise ParseError(FORMAT, str(exc), f"meta.{name}") from None
+
+
+def commit_ms(meta: Mapping[str, Any]) -> Optional[int]:
+    """``meta.time`` (UTC commit time, ``yyyy-MM-ddTHH:mm:ss[Z]``) in ms since the epoch, None
+    when absent. Raises :class:`ParseError` naming ``meta.time`` for other text."""
+    text = meta.get("time")
+    if text is None:
+        return None
+    try:
+        if not isinstance(text, str):
+            raise ValueError(f"{text!r} is not text")
+        value = parse_timestamp(text)
+        if value is None:
+            raise ValueError(f"{text!r} is a zero date")
+    except ValueError as exc:
+        raise ParseError(FORMAT, f"cannot read commit time: {exc}", "meta.time") from None
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def source_position(meta: Mapping[str, Any]) -> tuple[int, ...]:
+    """``(scn, seq)`` (seq 0 when unknown), or ``()`` without ``meta.scn``. Raises
+    :class:`ParseError` naming ``meta.scn`` when it is not a non-negative integer below 10**38
+    (a JSON number or decimal digits)."""
+    scn = meta.get("scn")
+    if scn is None:
+        return ()
+    try:
+        scn_value = as_element(scn, "scn")
+    except ValueError as exc:
+        raise ParseError(FORMAT, str(exc), "meta.scn") from None
+    seq, _ = meta_idx(meta)
+    return scn_value, seq or 0
+
+
+def _op_name(op: Any) -> str:
+    if not isinstance(op, str) or not op.strip():
+        raise ParseError(FORMAT, "missing operation", "meta.op")
+    return " ".join(op.replace("_", " ").upper().split())
+
+
+def _meta(msg: Mapping[str, Any]) -> dict:
+    meta = msg.get("meta")
+    if meta is None:
+        raise ParseError(FORMAT, "missing meta block", "meta")
+    if not isinstance(meta, dict):
+        raise ParseError(FORMAT, f"meta is a JSON {type(meta).__name__}, not an object", "meta")
+    return meta
+
+
+@register(FORMAT)
+class ShareplexJsonParser:
+    """Parser of ``shareplex-json`` records: ``ShareplexJsonParser(options).parse(KafkaRecord)``.
+
+    Returns one :class:`ChangeRecord` in a list, or a :class:`ControlRecord`: ``tombstone`` for an
+    empty value, ``ddl`` for ``DROP COLUMN``, ``metadata`` for ``UPDATE BEFORE``. Raises
+    :class:`ParseError` for unreadable JSON (``value``), a missing ``meta`` (``meta``), a missing or
+    unknown ``meta.op`` (``meta.op``), a missing or malformed ``meta.table`` (``meta.table``),
+    unreadable ``meta.scn``/``seq``/``size``/``idx``/``time``, ``data`` or ``key`` that is not an
+    object (or is missing where the operation needs it), a value that does not fit a configured
+    type (``data.<col>``, ``key.<col>``), no resolvable primary key (``primary_key``), an update
+    whose ``key``, ``data`` and Kafka key leave out a key column (``key``), or a delete whose row
+    has no value for one (``data``). An update may carry null key values (the document's sample
+    does): the change is returned and the pipeline quarantines it, as it does every change whose
+    key is null, unless a key without those columns is configured.
+    """
+
+    format_name = FORMAT
+
+    def __init__(self, options: Optional[Mapping[str, Any]] = None):
+        self.options = SourceOptions(options or {})
+
+    def parse(self, record: KafkaRecord) -> ParseResult:
+        """Parse one Kafka record (see the class docstring for results and errors)."""
+        if not record.value:
+            return ControlRecord("tombstone", FORMAT)
+        msg = load_json(FORMAT, record.value)
+        meta = _meta(msg)
+        op_name = _op_name(meta.get("op"))
+        if op_name not in OPS and op_name not in CONTROL_OPS:
+            raise ParseError(FORMAT, f"unknown operation {meta.get('op')!r} (expected ins, upd, del, INSERT, "
+                             "UPDATE, DELETE, TRUNCATE, DROP COLUMN, UPDATE BEFORE or UPDATE AFTER)", "meta.op")
+        schema, table = self._table(meta)
+        if op_name in CONTROL_OPS:
+            detail = op_name if msg.get("data") is None else f"{op_name} {to_text(msg.get('data'))}"
+            return ControlRecord(CONTROL_OPS[op_name], FORMAT, None, schema, table, detail=detail)
+        return [self._change(record, msg, meta, OPS[op_name], schema, table)]
+
+    @staticmethod
+    def _table(meta: Mapping[str, Any]) -> tuple[Optional[str], str]:
+        name = meta.get("table")
+        if not isinstance(name, str) or not name.strip():
+            raise ParseError(FORMAT, "missing table name", "meta.table")
+        try:
+            return split_table(name.strip())
+        except ValueError as exc:
+            raise ParseError(FORMAT, str(exc), "meta.table") from None
+
+    def transaction_size(self, record: KafkaRecord) -> Optional[int]:
+        """The number of operations in the record's transaction (``meta.size``, else from
+        ``meta.idx``), None when the record does not say. Raises :class:`ParseError` like
+        :meth:`parse` for an unreadable record."""
+        if not record.value:
+            return None
+        return meta_idx(_meta(load_json(FORMAT, record.value)))[1]
+
+    def _change(self, record: KafkaRecord, msg: dict, meta: dict, kind: str, schema: Optional[str],
+                table: str) -> ChangeRecord:
+        types = self.options.column_types(None, schema, table)
+
+        def convert(col: str, value: Any) -> Optional[str]:
+            return coerce_text(value, types[col]) if col in types else to_text(value)
+
+        data = convert_image(FORMAT, msg.get("data"), convert, "data")
+        key_image = convert_image(FORMAT, msg.get("key"), convert, "key")
+        if kind != "truncate" and data is None:
+            raise ParseError(FORMAT, f"{kind} carries no row", "data")
+        kafka_key = read_key(record.key)
+        primary_key = resolve_primary_key(
+            FORMAT, self.options.key_override(None, schema, table), list(key_image) if key_image else None,
+            list(kafka_key[0]) if kafka_key else None, required=kind != "truncate")
+        kafka_key_text = convert_image(FORMAT, kafka_key[0], convert, "key") if kafka_key else None
+
+        before: Optional[dict] = None
+        after: Optional[dict] = None
+        if kind == "insert":
+            after = data
+        elif kind == "update":
+            before = key_image
+            after = {**(key_image or {}), **data}  # type: ignore[dict-item]
+            for col in primary_key:
+                if col not in after and kafka_key_text and col in kafka_key_text:
+                    after[col] = kafka_key_text[col]
+            missing = [c for c in primary_key if c not in after]
+            if missing:
+                raise ParseError(FORMAT, f"update carries no value for key column(s) {', '.join(missing)} "
+                                 "in 'key' or 'data'", "key")
+        elif kind == "delete":
+            before = key_delete_image(FORMAT, primary_key, {**(key_image or {}), **data},  # type: ignore[dict-item]
+                                      kafka_key_text, "data", _DELETE_HINT)
+
+        seq, _size = meta_idx(meta)
+        trans = meta.get("trans")
+        return ChangeRecord(
+            source_format=FORMAT,
+            source_database=None,
+            source_schema=schema,
+            source_table=table,
+            op=kind,
+            before=before,
+            after=after,
+            primary_key=primary_key,
+            column_types=dict(types),
+            source_position=source_position(meta),
+            source_ts_ms=commit_ms(meta),
+            tx_id=None if trans is None else str(trans),
+            tx_seq=seq,
+        )
