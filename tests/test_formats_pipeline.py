@@ -10,22 +10,14 @@ from pipeline import H0, run_window
 
 from cdclake import sim
 from cdclake.sim.compare import compare_table
+from cdclake.sim.wire import WIRE_FORMATS
 from cdclake.types import quote_ident
 
 SPARK_TYPE = {"bigint": "bigint", "int": "int", "double": "double", "string": "string", "timestamp": "timestamp",
               "date": "date", "binary": "binary"}
 
 
-def renderers() -> list[tuple]:
-    """``(format, tag, render(history, tables) -> messages, partitions, source options)`` per format."""
-    out = [
-        ("debezium-json", "dbz", lambda h, t: sim.debezium_json(h, t, partitions=3), 3, {}),
-        ("canal-json", "canal", lambda h, t: sim.canal_json(h, t, partitions=2), 2, {}),
-    ]
-    return out
-
-
-FORMATS = renderers()
+FORMATS = WIRE_FORMATS
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +28,11 @@ def run(stack, spark):
     src = sim.SimulatedSource(seed=31, start=H0, hours=2)
     history = src.run()
     sources = []
-    for fmt, tag, render, partitions, options in FORMATS:
-        topic = f"fmt.{tag}.{u}"
-        sim.create_topic(stack["bootstrap"], topic, partitions)
-        sim.produce(stack["bootstrap"], topic, render(history, src.tables))
-        sources.append({"topic": topic, "format": fmt, "table_prefix": f"{tag}_", **options})
+    for wf in FORMATS:
+        topic = f"fmt.{wf.tag}.{u}"
+        sim.create_topic(stack["bootstrap"], topic, wf.partitions)
+        sim.produce(stack["bootstrap"], topic, wf.messages(history, src.tables))
+        sources.append({"topic": topic, "format": wf.format, "table_prefix": f"{wf.tag}_", **wf.options})
     path = write_pipeline(f"formats_{u}", sources, silver={"namespace": f"formats_{u}"})
     result = run_window(spark, path, 0, 2, gates=True)
     tables = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN lake.{quote_ident(f'formats_{u}')}").collect()]
@@ -59,7 +51,7 @@ def test_nothing_quarantined_and_gates_pass(run):
     assert set(run["result"]["gates"]) == {"land", "normalize", "silver"}
 
 
-@pytest.mark.parametrize("fmt,tag", [(f[0], f[1]) for f in FORMATS])
+@pytest.mark.parametrize("fmt,tag", [(f.format, f.tag) for f in FORMATS])
 @pytest.mark.parametrize("table", ["customers", "products", "orders"])
 def test_silver_equals_source_with_types(spark, run, fmt, tag, table):
     src = run["src"]

@@ -2,9 +2,9 @@
 
 1. Resets the demo's lake (catalog, warehouse, Data Docs) and starts the embedded broker.
 2. Simulates a MySQL shop database (customers, products, orders) for three hours from
-   ``2024-01-01T00:00Z`` and produces its changes as Debezium JSON (``shop.debezium``, 3
-   partitions) and Canal JSON (``shop.canal``), plus the sample records of Lindorm's Debezium
-   V2.0 document (``lindorm.sql``, ``lindorm.hbase``; files in ``config/samples/``).
+   ``2024-01-01T00:00Z`` and produces its changes in every supported wire format
+   (``shop.<tag>`` topics, :data:`cdclake.sim.wire.WIRE_FORMATS`), plus the sample records of
+   Lindorm's Debezium V2.0 document (``lindorm.sql``, ``lindorm.hbase``; ``config/samples/``).
 3. Runs ``airflow dags test cdc_demo -c '{"start": ..., "end": ...}'`` over the three hours.
 4. Prints every silver table's row count and PASS/FAIL against the source's final state;
    exits 1 on any FAIL.
@@ -43,16 +43,20 @@ def reset_lake() -> None:
 
 
 def produce_traffic(bootstrap: str):
-    """Produce the simulated shop and the Lindorm samples; return the simulated source."""
-    from cdclake.sim import Message, SimulatedSource, canal_json, create_topic, debezium_json, produce
+    """Produce the simulated shop in every wire format and the Lindorm samples; return the source."""
+    from cdclake.sim import Message, SimulatedSource, create_topic, produce
+    from cdclake.sim.wire import WIRE_FORMATS
 
+    cfg = load_pipeline(REPO_ROOT / "config" / "pipelines" / "demo.yaml")
     src = SimulatedSource(seed=42, start=START, hours=HOURS, tx_per_hour=200)
     history = src.run()
-    for topic, msgs, parts in (("shop.debezium", debezium_json(history, src.tables, partitions=3), 3),
-                               ("shop.canal", canal_json(history, src.tables), 1)):
-        create_topic(bootstrap, topic, parts)
-        n = produce(bootstrap, topic, msgs)
-        print(f"produced {n:>5} messages to {topic}")
+    for wf in WIRE_FORMATS:
+        topic = f"shop.{wf.tag}"
+        source = cfg.source(topic)  # every wire format has its topic in demo.yaml
+        assert source.format == wf.format and source.table_prefix == f"{wf.tag}_", (topic, source)
+        create_topic(bootstrap, topic, wf.partitions)
+        n = produce(bootstrap, topic, wf.messages(history, src.tables))
+        print(f"produced {n:>5} messages to {topic} ({wf.format})")
     t0 = int(START.timestamp() * 1000) + 60_000
     for topic, fname in (("lindorm.sql", "lindorm-sql.jsonl"), ("lindorm.hbase", "lindorm-hbase.jsonl")):
         lines = [ln.encode() for ln in (SAMPLES / fname).read_text().splitlines() if ln.strip()]
@@ -75,13 +79,17 @@ def silver_tables() -> dict:
 
 
 def check(src) -> bool:
+    """Print each silver table's row count and PASS/FAIL against the source; True when all pass."""
     from cdclake.sim.compare import compare_table
+    from cdclake.sim.wire import WIRE_FORMATS
 
     tables = silver_tables()
     expected = {}
-    for prefix in ("dbz_", "canal_"):
+    for wf in WIRE_FORMATS:
         for t, table in src.tables.items():
-            expected[f"{prefix}shop__{t}"] = (list(table.primary_key), src.final_state()[t])
+            names = [n for n in tables if n.startswith(f"{wf.tag}_") and n.endswith(f"__{t}")]
+            name = names[0] if len(names) == 1 else f"{wf.tag}_…__{t}"
+            expected[name] = (list(table.primary_key), src.final_state()[t])
     expected.update(LINDORM_EXPECTED)
     ok = True
     print(f"\n{'silver table':<45} {'rows':>6} {'source':>6}  result")

@@ -107,20 +107,41 @@ def read_arcion_key(raw: Optional[bytes]) -> Optional[tuple[dict[str, Any], dict
         return None
     if not isinstance(payload, dict):
         raise ParseError(FORMAT, f"key payload is a JSON {type(payload).__name__}, not an object", "key")
-    fields = {f["field"]: f for f in (schema or {}).get("fields") or []
-              if isinstance(f, dict) and isinstance(f.get("field"), str)}
-    return payload, fields
+    return payload, {f["field"]: f for f in _fields(schema)}
+
+
+def _fields(schema: Any) -> list[dict]:
+    """The field schemas of a Connect struct schema that name a field (malformed entries skipped)."""
+    fields = schema.get("fields") if isinstance(schema, dict) else None
+    if not isinstance(fields, list):
+        return []
+    return [f for f in fields if isinstance(f, dict) and isinstance(f.get("field"), str)]
 
 
 def value_field_schemas(schema: Optional[Mapping[str, Any]]) -> dict[str, dict]:
     """Column → Connect field schema, from the envelope schema's ``before`` and ``after`` structs."""
     out: dict[str, dict] = {}
-    for env_field in (schema or {}).get("fields") or []:
-        if isinstance(env_field, dict) and env_field.get("field") in ("before", "after"):
-            for col in env_field.get("fields") or []:
-                if isinstance(col, dict) and isinstance(col.get("field"), str):
-                    out.setdefault(col["field"], col)
+    for env_field in _fields(schema):
+        if env_field["field"] in ("before", "after"):
+            for col in _fields(env_field):
+                out.setdefault(col["field"], col)
     return out
+
+
+def _type_of(schema: Mapping[str, Any], where: str) -> str:
+    """:func:`connect_type` of a field schema; :class:`ParseError` naming ``where`` if malformed."""
+    try:
+        return connect_type(schema)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ParseError(FORMAT, f"unreadable field schema {schema!r}: {exc}", where) from None
+
+
+def _text_of(value: Any, schema: Mapping[str, Any]) -> Optional[str]:
+    """:func:`connect_text`, raising only ``ValueError`` for values or schemas it cannot read."""
+    try:
+        return connect_text(value, schema)
+    except (AttributeError, TypeError, ArithmeticError) as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _element(source: Mapping[str, Any], name: str) -> int:
@@ -225,15 +246,15 @@ class ArcionJsonParser:
         col_schemas = value_field_schemas(schema)
         key = read_arcion_key(record.key)
         key_values, key_schemas = key if key else ({}, {})
-        types = {col: connect_type(s) for col, s in col_schemas.items()}
+        types = {col: _type_of(s, "schema") for col, s in col_schemas.items()}
         for col, s in key_schemas.items():
-            types.setdefault(col, connect_type(s))
+            types.setdefault(col, _type_of(s, "key"))
         for col, ctype in self.options.column_types(database, schema_name, table).items():
             types.setdefault(col, ctype)
 
         def convert(col: str, value: Any) -> Optional[str]:
             if col in col_schemas:
-                return connect_text(value, col_schemas[col])
+                return _text_of(value, col_schemas[col])
             return coerce_text(value, types[col]) if col in types else to_text(value)
 
         before = convert_image(FORMAT, _image(payload, "before"), convert, "before")
@@ -250,7 +271,7 @@ class ArcionJsonParser:
             for col, value in key_values.items():
                 schema_of = key_schemas.get(col) or col_schemas.get(col)
                 try:
-                    key_text[col] = (connect_text(value, schema_of) if schema_of
+                    key_text[col] = (_text_of(value, schema_of) if schema_of
                                      else coerce_text(value, types.get(col, "string")))
                 except (ValueError, TypeError, ArithmeticError) as exc:
                     raise ParseError(FORMAT, f"cannot read Kafka key value {value!r}: {exc}", f"key.{col}") from None
