@@ -54,6 +54,7 @@ def produce_traffic(bootstrap: str):
         topic = f"shop.{wf.tag}"
         source = cfg.source(topic)  # every wire format has its topic in demo.yaml
         assert source.format == wf.format and source.table_prefix == f"{wf.tag}_", (topic, source)
+        assert source.model_dump(include=set(wf.options)) == wf.options, f"demo.yaml {topic}: settings differ"
         create_topic(bootstrap, topic, wf.partitions)
         n = produce(bootstrap, topic, wf.messages(history, src.tables))
         print(f"produced {n:>5} messages to {topic} ({wf.format})")

@@ -21,8 +21,8 @@ payload field              read as
                            values key a delete whose ``before`` lacks them
 ``data``, ``before``       after and before images
 ``LOB_COLUMNS``            names of large-object columns: their values are read like any other
-``message_version``        ``"1.0"`` here; ``"2.0"`` is the Debezium flavour, read by
-                           ``debezium-json`` (:class:`ParseError` naming ``message_version``)
+``message_version``        ``"1.0"`` here (absent: read as 1.0); ``"2.0"`` is the Debezium flavour,
+                           read by ``debezium-json`` (:class:`ParseError` naming ``message_version``)
 ``message_type``,          ``message_type`` other than ``"0"`` marks a heartbeat; so does a payload
 ``HEARTBEAT_IDENTIFIER``   with no ``OPERATION``, no ``TABLE_NAME`` and no images but a
                            ``HEARTBEAT_IDENTIFIER``. Data messages carry the identifier too (the
@@ -129,9 +129,11 @@ def cdl_text(value: Any, schema: Mapping[str, Any], ctype: str) -> Optional[str]
 def _struct_fields(schema: Optional[Mapping[str, Any]], names: tuple[str, ...]) -> dict[str, dict]:
     """Column → field schema of the envelope schema's structs named ``names`` (first one wins)."""
     out: dict[str, dict] = {}
-    for env_field in (schema or {}).get("fields") or []:
+    env_fields = (schema or {}).get("fields")
+    for env_field in env_fields if isinstance(env_fields, list) else []:
         if isinstance(env_field, dict) and env_field.get("field") in names:
-            for col in env_field.get("fields") or []:
+            cols = env_field.get("fields")
+            for col in cols if isinstance(cols, list) else []:
                 if isinstance(col, dict) and isinstance(col.get("field"), str):
                     out.setdefault(col["field"], col)
     return out
@@ -262,7 +264,14 @@ class CdlJsonParser:
         col_schemas = _struct_fields(schema, ("data", "before"))
         unique_schemas = _struct_fields(schema, ("unique",))
         configured = self.options.column_types(None, owner, table)
-        types = {col: cdl_type(s, configured.get(col)) for col, s in col_schemas.items()}
+        types: dict[str, str] = {}
+        for col, col_schema in {**unique_schemas, **col_schemas}.items():
+            try:
+                ctype = cdl_type(col_schema, configured.get(col))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ParseError(FORMAT, f"unreadable field schema {col_schema!r}: {exc}", f"schema.{col}") from None
+            if col in col_schemas:
+                types[col] = ctype
         for col, ctype in configured.items():
             types.setdefault(col, ctype)
 

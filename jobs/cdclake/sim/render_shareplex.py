@@ -109,7 +109,8 @@ def shareplex_json(history: Sequence[Transaction], tables: Mapping[str, Table], 
             if ch.op == "update":
                 msg["data"] = {c.name: shareplex_text(c, ch.after[c.name]) for c in table.columns  # type: ignore[index]
                                if ch.after[c.name] != ch.before[c.name]}  # type: ignore[index]
-                msg["key"] = {k: shareplex_text(table.column(k), ch.before[k]) for k in table.primary_key}  # type: ignore[index]
+                before = ch.before or {}
+                msg["key"] = {k: shareplex_text(table.column(k), before[k]) for k in table.primary_key}
             else:
                 msg["data"] = {c.name: shareplex_text(c, ch.image[c.name]) for c in table.columns}
             out.append(Message(None, _dumps(msg), kafka_ts, zlib.crc32(row_id.encode()) % partitions,

@@ -9,11 +9,19 @@ from typing import Callable, Sequence
 
 from cdclake.sim.render import Message, canal_json, debezium_json
 from cdclake.sim.render_arcion import arcion_json
+from cdclake.sim.render_cdl import cdl_json
+from cdclake.sim.render_shareplex import shareplex_json
+from cdclake.sim.source import TABLES
 
 
 @dataclass(frozen=True)
 class WireFormat:
-    """A pipeline format name, a short tag (topic and table prefix), a renderer and source options."""
+    """A pipeline format name, a short tag (topic and table prefix), a renderer and source settings.
+
+    ``options`` has the shape of a ``sources[]`` entry of a pipeline file (``primary_keys``,
+    ``options: {column_types: ...}``): what a user configures for a format that does not carry
+    keys or types itself.
+    """
 
     format: str
     tag: str
@@ -26,8 +34,17 @@ class WireFormat:
         return self.render(history, tables, partitions=self.partitions)
 
 
+#: SharePlex JSON carries neither keys nor types: both are configured per table.
+_SHAREPLEX = {"primary_keys": {t.name: list(t.primary_key) for t in TABLES.values()},
+              "options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}}
+#: CDL's own Decimal type carries no precision: decimal columns are configured.
+_CDL = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns if c.ctype.startswith("decimal")}
+                                     for t in TABLES.values()}}}
+
 WIRE_FORMATS: list[WireFormat] = [
     WireFormat("debezium-json", "dbz", debezium_json, partitions=3),
     WireFormat("canal-json", "canal", canal_json, partitions=2),
     WireFormat("arcion-json", "arcion", arcion_json, partitions=3),
+    WireFormat("cdl-json", "cdl", cdl_json, partitions=3, options=_CDL),
+    WireFormat("shareplex-json", "splex", shareplex_json, partitions=3, options=_SHAREPLEX),
 ]
