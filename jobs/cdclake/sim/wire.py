@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 from cdclake.sim.render import Message, canal_json, debezium_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
+from cdclake.sim.render_qlik import qlik_avro, qlik_json
 from cdclake.sim.render_shareplex import shareplex_json
 from cdclake.sim.source import TABLES
 
@@ -47,4 +48,6 @@ WIRE_FORMATS: list[WireFormat] = [
     WireFormat("arcion-json", "arcion", arcion_json, partitions=3),
     WireFormat("cdl-json", "cdl", cdl_json, partitions=3, options=_CDL),
     WireFormat("shareplex-json", "splex", shareplex_json, partitions=3, options=_SHAREPLEX),
+    WireFormat("qlik-json", "qlikj", qlik_json, partitions=1),
+    WireFormat("qlik-avro", "qlika", qlik_avro, partitions=1),
 ]
