@@ -2,4 +2,4 @@
 
 One module per vendor format; each module's docstring cites the document it implements.
 """
-from cdclake.formats import arcion, canal, cdl, debezium, qlik, shareplex  # noqa: F401
+from cdclake.formats import arcion, canal, cdl, debezium, dts, qlik, shareplex  # noqa: F401

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 from cdclake.sim.render import Message, canal_json, debezium_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
+from cdclake.sim.render_dts import dts_avro
 from cdclake.sim.render_qlik import qlik_avro, qlik_json
 from cdclake.sim.render_shareplex import shareplex_json
 from cdclake.sim.source import TABLES
@@ -42,6 +43,12 @@ _SHAREPLEX = {"primary_keys": {t.name: list(t.primary_key) for t in TABLES.value
 _CDL = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns if c.ctype.startswith("decimal")}
                                      for t in TABLES.values()}}}
 
+#: DTS Avro types a value by the value itself (decimal precision per value, nothing for a null):
+#: decimal and nullable date columns are configured so that silver gets the declared types.
+_DTS = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns
+                                              if c.ctype.startswith("decimal") or (c.nullable and c.ctype != "string")}
+                                     for t in TABLES.values()}}}
+
 WIRE_FORMATS: list[WireFormat] = [
     WireFormat("debezium-json", "dbz", debezium_json, partitions=3),
     WireFormat("canal-json", "canal", canal_json, partitions=2),
@@ -50,4 +57,5 @@ WIRE_FORMATS: list[WireFormat] = [
     WireFormat("shareplex-json", "splex", shareplex_json, partitions=3, options=_SHAREPLEX),
     WireFormat("qlik-json", "qlikj", qlik_json, partitions=1),
     WireFormat("qlik-avro", "qlika", qlik_avro, partitions=1),
+    WireFormat("dts-avro", "dts", dts_avro, partitions=1, options=_DTS),
 ]
