@@ -20,6 +20,15 @@ SPARK_TYPE = {"bigint": "bigint", "int": "int", "double": "double", "string": "s
 FORMATS = WIRE_FORMATS
 
 
+def with_bad_records(msgs: list) -> list:
+    """``msgs`` with two bad records in the middle: a truncated copy of a real value, and garbage."""
+    i = len(msgs) // 2
+    m = next(x for x in msgs[i:] if x.value)
+    bad = [sim.Message(m.key, m.value[: len(m.value) // 2], m.timestamp_ms, m.partition),
+           sim.Message(None, b"\xff\x00 not a change record", m.timestamp_ms, m.partition)]
+    return msgs[:i] + bad + msgs[i:]
+
+
 @pytest.fixture(scope="module")
 def run(stack, spark):
     import uuid
@@ -31,7 +40,8 @@ def run(stack, spark):
     for wf in FORMATS:
         topic = f"fmt.{wf.tag}.{u}"
         sim.create_topic(stack["bootstrap"], topic, wf.partitions)
-        sim.produce(stack["bootstrap"], topic, wf.messages(history, src.tables))
+        msgs = wf.messages(history, src.tables)
+        sim.produce(stack["bootstrap"], topic, with_bad_records(msgs))
         sources.append({"topic": topic, "format": wf.format, "table_prefix": f"{wf.tag}_", **wf.options})
     path = write_pipeline(f"formats_{u}", sources, silver={"namespace": f"formats_{u}"})
     result = run_window(spark, path, 0, 2, gates=True)
@@ -44,11 +54,15 @@ def silver_table(run, tag: str, table: str) -> str:
     return f"lake.{quote_ident(run['ns'])}.{quote_ident(name)}"
 
 
-def test_nothing_quarantined_and_gates_pass(run):
-    for topic in run["topics"]:
+def test_bad_records_quarantined_with_reason_and_counts_balance(spark, run):
+    """Each topic got a truncated and a garbage record: both quarantined, naming format and field."""
+    for topic, wf in zip(run["topics"], FORMATS):
         n = run["result"]["normalize"][topic]
-        assert n["quarantined"] == 0 and n["changes"] > 0, (topic, n)
-    assert set(run["result"]["gates"]) == {"land", "normalize", "silver"}
+        assert n["quarantined"] == 2 and n["changes"] > 0, (topic, n)
+        for q in spark.table("lake.bronze.quarantine").where(f"kafka_topic = '{topic}'").collect():
+            assert q.reason.startswith(f"{wf.format}: field '"), q.reason
+            assert q.value is not None
+    assert set(run["result"]["gates"]) == {"land", "normalize", "silver"}  # raw = bronze + quarantine + control
 
 
 @pytest.mark.parametrize("fmt,tag", [(f.format, f.tag) for f in FORMATS])

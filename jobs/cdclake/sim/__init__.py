@@ -3,12 +3,17 @@
 >>> import datetime as dt
 >>> src = SimulatedSource(seed=7, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=3)
 >>> history = src.run()
->>> messages = debezium_json(history, src.tables)            # or canal_json(history, src.tables)
+>>> messages = debezium_json(history, src.tables)            # or canal_json, arcion_json, cdl_json, ...
 >>> expected = src.final_state()                            # {table: {pk: {col: value}}}
 
 ``create_topic`` / ``produce`` put the messages on a broker.
 """
 from cdclake.sim.kafka import create_topic, produce
+from cdclake.sim.render_arcion import arcion_json
+from cdclake.sim.render_cdl import cdl_json
+from cdclake.sim.render_dts import dts_avro
+from cdclake.sim.render_qlik import qlik_avro, qlik_json
+from cdclake.sim.render_shareplex import shareplex_json
 from cdclake.sim.render import (
     Message,
     canal_json,
@@ -31,6 +36,12 @@ from cdclake.sim.source import (
 )
 
 __all__ = [
+    "arcion_json",
+    "cdl_json",
+    "dts_avro",
+    "qlik_avro",
+    "qlik_json",
+    "shareplex_json",
     "TABLES",
     "Column",
     "Message",
