@@ -7,24 +7,29 @@ import subprocess
 
 import pytest
 from conftest import REPO, STATE, write_pipeline
-from pipeline import H0, silver_rows
+from pipeline import H0
 
-from cdclake.sim import SimulatedSource, create_topic, debezium_json, produce
+from cdclake.sim import SimulatedSource, create_topic, produce
 from cdclake.sim.compare import compare_table
+from cdclake.sim.wire import WIRE_FORMATS
+from cdclake.types import quote_ident
 
 
 @pytest.fixture(scope="module")
 def dag_module(stack, spark):
-    """A pipeline of its own, Airflow's metadata DB migrated, the DAG file imported."""
+    """A pipeline of its own with every wire format, Airflow's metadata DB migrated, the DAG file imported."""
     pipelines = STATE / "dag-pipelines"
     pipelines.mkdir(exist_ok=True)
     os.environ["CDC_PIPELINES_DIR"] = str(pipelines)
     src = SimulatedSource(seed=23, start=H0, hours=2)
-    topic = "dagtest.shop"
-    create_topic(stack["bootstrap"], topic, partitions=2)
-    produce(stack["bootstrap"], topic, debezium_json(src.run(), src.tables, partitions=2))
-    path = write_pipeline("dagtest", [{"topic": topic, "format": "debezium-json", "table_prefix": "dbz_"}],
-                          silver={"namespace": "dagtest"}, airflow={"retries": 0})
+    history = src.run()
+    sources = []
+    for wf in WIRE_FORMATS:
+        topic = f"dagtest.{wf.tag}"
+        create_topic(stack["bootstrap"], topic, wf.partitions)
+        produce(stack["bootstrap"], topic, wf.messages(history, src.tables))
+        sources.append({"topic": topic, "format": wf.format, "table_prefix": f"{wf.tag}_", **wf.options})
+    path = write_pipeline("dagtest", sources, silver={"namespace": "dagtest"}, airflow={"retries": 0})
     path.rename(pipelines / "dagtest.yaml")
     subprocess.run([str(REPO / ".venv" / "bin" / "airflow") if (REPO / ".venv/bin/airflow").exists() else "airflow",
                     "db", "migrate"], check=True, capture_output=True, env=os.environ)
@@ -45,10 +50,18 @@ def test_dag_shape(dag_module):
     assert dag.get_task("normalize.run").upstream_task_ids == {"land.gate"}
 
 
-def test_dag_run_equals_source(dag_module, spark):
+def test_dag_run_equals_source_in_every_format(dag_module, spark):
+    """After the DAG, every format's silver tables equal the source, with the source's column types."""
     module, src, path = dag_module
     run = module.cdc_dagtest.test(run_conf={"start": "2024-01-01T00:00:00Z", "end": "2024-01-01T02:00:00Z"})
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
-    for t in ("customers", "products", "orders"):
-        diffs = compare_table(src.final_state()[t], silver_rows(spark, path, f"dbz_shop__{t}"), list(src.tables[t].primary_key))
-        assert not diffs, (t, diffs)
+    tables = [r["tableName"] for r in spark.sql("SHOW TABLES IN lake.dagtest").collect()]
+    for wf in WIRE_FORMATS:
+        for t, table in src.tables.items():
+            (name,) = [n for n in tables if n.startswith(f"{wf.tag}_") and n.endswith(f"__{t}")]
+            df = spark.table(f"lake.dagtest.{quote_ident(name)}")
+            types = dict(df.dtypes)
+            assert all(types[c.name] == c.ctype for c in table.columns), (wf.format, t, types)
+            rows = [r.asDict() for r in df.collect()]
+            diffs = compare_table(src.final_state()[t], rows, list(table.primary_key))
+            assert not diffs, (wf.format, t, diffs)

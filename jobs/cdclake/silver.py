@@ -182,8 +182,8 @@ def collapse(changes: "DataFrame", pk: list[str]) -> "DataFrame":
 
     Output columns: ``_k0.._kN`` (key text), ``_op`` (``delete``/``upsert``), ``_replace``
     (boolean: the batch holds an insert, snapshot or delete of the key), ``_img``
-    (map<string,string>: latest value per column since the last reset), ``_cdc_*`` metadata of
-    the last change.
+    (map<string,string>: latest value per column since the last reset; for a key whose last change
+    is a delete, that delete's before image), ``_cdc_*`` metadata of the last change.
     """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
@@ -196,7 +196,8 @@ def collapse(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     kind = F.when(F.col("op") == "delete", "delete").when(F.col("op") == "update", "update").otherwise("insert")
     main = changes.select(
         *[F.when(F.col("op") == "delete", F.col("before")[k]).otherwise(F.col("after")[k]).alias(n) for k, n in zip(pk, keys)],
-        kind.alias("_kind"), F.col("after").alias("_img"), order.alias("_ord"), *meta)
+        kind.alias("_kind"), F.when(F.col("op") == "delete", F.col("before")).otherwise(F.col("after")).alias("_img"),
+        order.alias("_ord"), *meta)
     # an update that changes the key deletes the old key at the same position
     key_changed = F.lit(False)
     for k in pk:
@@ -209,7 +210,7 @@ def collapse(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     w = W.partitionBy(*keys)
     rows = rows.withColumn("_reset", F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).over(w))
     last = rows.groupBy(*keys).agg(
-        F.max_by(F.struct("_kind", "_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_op",
+        F.max_by(F.struct("_kind", "_img", "_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_op",
                           "_cdc_source_ts_ms"), F.col("_ord")).alias("_last"),
         F.max(F.col("_reset").isNotNull()).alias("_replace"))
     img = (rows.where((F.col("_kind") != "delete") & (F.col("_reset").isNull() | (F.col("_ord") >= F.col("_reset"))))
@@ -218,7 +219,9 @@ def collapse(changes: "DataFrame", pk: list[str]) -> "DataFrame":
            .groupBy(*keys).agg(F.map_from_entries(F.collect_list(F.struct("_c", "_v"))).alias("_img")))
     out = last.join(img, keys, "left").select(
         *keys, F.when(F.col("_last._kind") == "delete", "delete").otherwise("upsert").alias("_op"), "_replace",
-        F.coalesce("_img", F.create_map().cast("map<string,string>")).alias("_img"),
+        # a key whose last change is a delete keeps the delete's before image (soft-delete mode shows it)
+        F.coalesce(F.when(F.col("_last._kind") == "delete", F.col("_last._img")).otherwise(F.col("_img")),
+                   F.create_map().cast("map<string,string>")).alias("_img"),
         *[F.col(f"_last.{c}").alias(c) for c in META_COLUMNS])
     return out
 

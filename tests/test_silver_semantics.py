@@ -1,0 +1,131 @@
+"""Silver stays exactly the source under the transport failures that peers got wrong.
+
+Each test is a regression for a failure reported against another CDC tool:
+- Apache Hudi compared MySQL binlog positions as strings and dropped updates (apache/hudi PR 9475);
+- Apache Paimon let a late insert resurrect a deleted row (apache/paimon issue 5387);
+- PostgreSQL's LSN alone is not commit order when transactions interleave (why Debezium has
+  ``source.sequence``);
+- Iceberg's MERGE fails when the source has two rows for one key.
+Plus backfills in any order giving the same silver as one run.
+"""
+from __future__ import annotations
+
+import json
+
+from conftest import write_pipeline
+from pipeline import H0, hour, ms, run_window, silver_rows
+
+from cdclake.sim import SimulatedSource, create_topic, debezium_json, produce
+from cdclake.sim.render import Message
+
+
+def mysql(op: str, id_: int, value=None, file: int = 9, pos: int = 100, row: int = 0, before=None) -> str:
+    """A schemaless Debezium MySQL event for table ``shop.t`` at binlog ``mysql-bin.<file>``/``pos``/``row``."""
+    after = None if op == "d" else {"id": id_, "v": value}
+    before = {"id": id_, "v": before} if op in ("u", "d") else None
+    src = {"connector": "mysql", "db": "shop", "table": "t", "file": f"mysql-bin.{file:06d}", "pos": pos, "row": row,
+           "ts_ms": 1704067200000 + pos, "snapshot": "false"}
+    return json.dumps({"before": before, "after": after, "source": src, "op": op, "ts_ms": src["ts_ms"]})
+
+
+def postgres(op: str, id_: int, value, lsn: int, sequence: list) -> str:
+    """A schemaless Debezium PostgreSQL event with ``source.sequence`` = [last commit LSN, LSN]."""
+    src = {"connector": "postgresql", "db": "pg", "schema": "public", "table": "t", "lsn": lsn,
+           "sequence": json.dumps([str(x) if x is not None else None for x in sequence]), "ts_ms": 1704067200000 + lsn}
+    return json.dumps({"before": None, "after": {"id": id_, "v": value}, "source": src, "op": op, "ts_ms": src["ts_ms"]})
+
+
+def deliver(stack, topic: str, values_by_hour: dict[int, list[str]]) -> None:
+    create_topic(stack["bootstrap"], topic, 1)
+    msgs = []
+    for h, values in sorted(values_by_hour.items()):
+        msgs += [Message(b'{"id": 0}', v.encode(), ms(hour(h)) + 1000 + i, 0) for i, v in enumerate(values)]
+    produce(stack["bootstrap"], topic, msgs)
+
+
+def pipeline(topic: str, ns: str, **silver) -> str:
+    return write_pipeline(ns, [{"topic": topic, "format": "debezium-json", "primary_key": ["id"]}],
+                          silver={"namespace": ns, **silver})
+
+
+def state(spark, path, table: str) -> dict:
+    return {int(r["id"]): r["v"] for r in silver_rows(spark, path, table)}  # schemaless: text columns
+
+
+def test_binlog_positions_compare_as_numbers_not_text(stack, spark, unique):
+    """mysql-bin.000010 is after mysql-bin.000009, even though '000010' < '000009…' fails as text at pos 120 vs 900."""
+    topic = f"sem.binlog.{unique}"
+    deliver(stack, topic, {
+        0: [mysql("c", 1, "old", file=9, pos=900), mysql("u", 1, "new", file=10, pos=120, before="old"),
+            mysql("c", 2, "two-new", file=10, pos=130)],
+        1: [mysql("c", 2, "two-late-older", file=9, pos=950)],  # late, from the older file
+    })
+    path = pipeline(topic, f"sem_binlog_{unique}")
+    run_window(spark, path, 0, 2)
+    assert state(spark, path, "shop__t") == {1: "new", 2: "two-new"}
+    run_window(spark, path, 1, 2)
+    assert state(spark, path, "shop__t") == {1: "new", 2: "two-new"}
+
+
+def test_late_older_insert_does_not_resurrect_a_deleted_row(stack, spark, unique):
+    topic = f"sem.resurrect.{unique}"
+    deliver(stack, topic, {
+        0: [mysql("c", 1, "a", pos=100), mysql("d", 1, before="a", pos=300), mysql("c", 2, "b", pos=310)],
+        1: [mysql("c", 1, "late", pos=200), mysql("u", 1, "later", pos=250, before="late")],  # older than the delete
+        2: [mysql("c", 1, "reinserted", pos=400)],  # a real re-insert after the delete
+    })
+    path = pipeline(topic, f"sem_res_{unique}")
+    run_window(spark, path, 0, 1)
+    run_window(spark, path, 1, 2)
+    assert state(spark, path, "shop__t") == {2: "b"}
+    run_window(spark, path, 2, 3)
+    assert state(spark, path, "shop__t") == {1: "reinserted", 2: "b"}
+
+
+def test_postgres_commit_order_from_source_sequence(stack, spark, unique):
+    """T1 writes first (LSN 110) but commits after T2 (LSN 150): the committed order makes T1's value final."""
+    topic = f"sem.pg.{unique}"
+    deliver(stack, topic, {0: [
+        postgres("c", 1, "initial", lsn=50, sequence=[None, 50]),
+        postgres("u", 1, "T2", lsn=150, sequence=[100, 150]),   # T2 commits first
+        postgres("u", 1, "T1", lsn=110, sequence=[200, 110]),   # T1 commits after T2 (later commit LSN)
+    ]})
+    path = pipeline(topic, f"sem_pg_{unique}")
+    run_window(spark, path, 0, 1)
+    assert state(spark, path, "pg__public__t") == {1: "T1"}
+
+
+def test_duplicates_and_many_changes_of_one_key_in_one_merge(stack, spark, unique):
+    """One key changed ten times, every message delivered twice, in one window: one MERGE, the last value."""
+    topic = f"sem.dup.{unique}"
+    values = [mysql("c", 1, "v0", pos=100)] + [mysql("u", 1, f"v{i}", pos=100 + i, before=f"v{i - 1}") for i in range(1, 10)]
+    deliver(stack, topic, {0: [v for v in values for _ in range(2)]})
+    path = pipeline(topic, f"sem_dup_{unique}")
+    result = run_window(spark, path, 0, 1)
+    assert result["silver"][0].changes == 20 and result["silver"][0].upserts == 1
+    assert state(spark, path, "shop__t") == {1: "v9"}
+
+
+def test_backfill_in_any_order_equals_one_run(stack, spark, unique):
+    """Hours 2, 0, 1 and then 0–2 again give the same silver (values and positions) as 0–2 once."""
+    src = SimulatedSource(seed=53, start=H0, hours=3)
+    topic = f"sem.backfill.{unique}"
+    create_topic(stack["bootstrap"], topic, 2)
+    produce(stack["bootstrap"], topic, debezium_json(src.run(), src.tables, partitions=2))
+    once = pipeline(topic, f"sem_once_{unique}")
+    shuffled = pipeline(topic, f"sem_shuf_{unique}")
+    run_window(spark, once, 0, 3)
+    for h in (2, 0, 1):
+        run_window(spark, shuffled, h, h + 1)
+    run_window(spark, shuffled, 0, 3)
+    for t in ("customers", "products", "orders"):
+        assert silver_rows(spark, shuffled, f"shop__{t}", meta=True) == silver_rows(spark, once, f"shop__{t}", meta=True), t
+
+
+def test_soft_delete_mode_keeps_deleted_rows_flagged(stack, spark, unique):
+    topic = f"sem.soft.{unique}"
+    deliver(stack, topic, {0: [mysql("c", 1, "a", pos=100), mysql("c", 2, "b", pos=110), mysql("d", 1, before="a", pos=120)]})
+    path = pipeline(topic, f"sem_soft_{unique}", delete_mode="soft")
+    run_window(spark, path, 0, 1)
+    rows = {int(r["id"]): (r["v"], r["_cdc_deleted"]) for r in silver_rows(spark, path, "shop__t", meta=True)}
+    assert rows == {1: ("a", True), 2: ("b", False)}
