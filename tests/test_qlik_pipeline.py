@@ -1,6 +1,8 @@
 """Qlik Replicate through the pipeline: metadata messages kept across hours in the schema registry.
 
 Data messages are decoded with metadata landed in an earlier hour, across a table-version change;
+the registry is shared by every topic of a format in the catalog (a schema id names one table
+version wherever it is published), so each test renders its own task name, hence its own ids;
 a data message whose metadata has not been landed yet is quarantined with that reason and decoded
 when its hour is rerun after the metadata lands.
 """
@@ -29,7 +31,7 @@ def check(spark, path, prefix, src):
 
 def test_data_decoded_with_metadata_from_an_earlier_hour(stack, spark, unique):
     src = SimulatedSource(seed=41, start=H0, hours=2)
-    msgs = qlik_json(src.run(), src.tables)
+    msgs = qlik_json(src.run(), src.tables, task=f"task-{unique}")  # schema ids of this test only
     md = [m for m in msgs if is_metadata(m)]
     assert len(md) == 4 and all(m.timestamp_ms < ms(hour(1)) for m in md)  # 3 tables + 1 version change
     topic = f"qlik.hourly.{unique}"
@@ -48,7 +50,7 @@ def test_data_decoded_with_metadata_from_an_earlier_hour(stack, spark, unique):
 
 def test_data_before_its_metadata_is_quarantined_then_decoded_on_rerun(stack, spark, unique):
     src = SimulatedSource(seed=43, start=H0, hours=2)
-    msgs = qlik_avro(src.run(), src.tables)
+    msgs = qlik_avro(src.run(), src.tables, task=f"task-{unique}")  # schema ids of this test only
     md = [m for m in msgs if is_metadata(m)]
     data = [m for m in msgs if not is_metadata(m)]
     late = ms(hour(1))  # the metadata messages arrive only after the first hour's data

@@ -81,13 +81,17 @@ class CatalogConfig(_Model):
 
 
 class SourceConfig(_Model):
-    """One CDC topic and the format its values are in."""
+    """One CDC topic and the format its values are in.
+
+    ``history: true`` keeps an SCD type 2 history table beside each of the topic's silver tables.
+    """
 
     topic: str
     format: str
     primary_key: Optional[list[str]] = None
     primary_keys: dict[str, list[str]] = Field(default_factory=dict)
     table_prefix: str = ""
+    history: bool = False
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("format")

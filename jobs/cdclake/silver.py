@@ -88,6 +88,7 @@ class TableResult:
     deletes: int = 0
     truncated: bool = False
     added_columns: list[str] = field(default_factory=list)
+    history_versions: int = 0
 
 
 def silver_table(cfg: PipelineConfig, st: SourceTable) -> str:
@@ -137,17 +138,19 @@ def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
 
 
 def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, pk: list[str],
-                        types: dict[str, str], result: TableResult) -> dict[str, str]:
-    """Create the silver table, or evolve it to hold ``types``; return its current column types.
+                        types: dict[str, str], result: TableResult,
+                        meta: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """Create the silver (or history) table, or evolve it to hold ``types``; return its column types.
 
-    Raises :class:`SchemaChangeError` naming table, column and both types for an
-    incompatible change (narrowing is ignored: the wider silver type stays).
+    ``meta`` are the ``_cdc_*`` columns (default :data:`META_COLUMNS`, plus ``_cdc_deleted`` in
+    soft-delete mode). Raises :class:`SchemaChangeError` naming table, column and both types for
+    an incompatible change (narrowing is ignored: the wider silver type stays).
     """
     q = T.quote_ident
+    if meta is None:
+        meta = dict(META_COLUMNS, **({SOFT_DELETE_COLUMN: "boolean"} if cfg.silver.delete_mode == "soft" else {}))
     if not _table_exists(spark, name):
-        cols = [f"{q(c)} {T.spark_type(t)}" for c, t in types.items()] + [f"{c} {t}" for c, t in META_COLUMNS.items()]
-        if cfg.silver.delete_mode == "soft":
-            cols.append(f"{SOFT_DELETE_COLUMN} boolean")
+        cols = [f"{q(c)} {T.spark_type(t)}" for c, t in types.items()] + [f"{c} {t}" for c, t in meta.items()]
         mode = cfg.silver.write_mode
         spark.sql(
             f"CREATE TABLE {name} ({', '.join(cols)}) USING iceberg "
@@ -156,8 +159,7 @@ def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, p
             f"'write.delete.mode'='{mode}', 'cdc.primary-key'={T.sql_string(','.join(pk))})")
         log.info("created silver table %s with key %s and %d columns", name, pk, len(types))
         return dict(types)
-    current = {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields
-               if f.name not in META_COLUMNS and f.name != SOFT_DELETE_COLUMN}
+    current = {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields if f.name not in meta}
     for c, t in types.items():
         t = T.spark_type(t)
         if c not in current:
@@ -318,8 +320,13 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
             f"{not_matched} INSERT ({', '.join(insert_cols)}) VALUES ({', '.join(insert_vals)})")
 
 
-def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, changes: "DataFrame") -> TableResult:
-    """Merge one source table's changes (bronze rows) into its silver table."""
+def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, changes: "DataFrame",
+                history_from: Optional["DataFrame"] = None) -> TableResult:
+    """Merge one source table's changes (bronze rows) into its silver table.
+
+    With ``history_from`` (every landed bronze change of the table), also recompute the SCD type 2
+    history of the keys the changes touch (:mod:`cdclake.history`).
+    """
     from pyspark.sql import functions as F
 
     name = silver_table(cfg, st)
@@ -358,6 +365,10 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
             spark.sql(merge_sql(cfg, name, view, pk, types))
             if hard:
                 record_tombstones(spark, cfg, st, view, len(pk))
+            if history_from is not None:
+                from cdclake.history import apply_history
+
+                result.history_versions = apply_history(spark, cfg, st.silver_name, rows, history_from, pk, types, result)
         finally:
             src.unpersist()
     finally:
@@ -389,13 +400,16 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
 
     topics = list(window.topics or cfg.topics())
     prefixes = {s.topic: s.table_prefix for s in cfg.sources}
-    bronze = spark.table(qualified(cfg, BRONZE_TABLE)).where(window_filter(window, topics))
+    with_history = {s.topic for s in cfg.sources if s.history}
+    every = spark.table(qualified(cfg, BRONZE_TABLE))
+    bronze = every.where(window_filter(window, topics))
     results, errors = [], []
     for st, st_topics in source_tables(bronze, prefixes):
         same = (F.col("source_database").eqNullSafe(F.lit(st.database)) & F.col("source_schema").eqNullSafe(F.lit(st.schema))
                 & (F.col("source_table") == F.lit(st.table)) & F.col("kafka_topic").isin(st_topics))
+        history_from = every.where(same) if with_history & set(st_topics) else None
         try:
-            results.append(apply_table(spark, cfg, st, bronze.where(same)))
+            results.append(apply_table(spark, cfg, st, bronze.where(same), history_from))
         except Exception as exc:
             log.error("silver table for %s (topics %s) failed: %s", st, st_topics, exc)
             errors.append(f"{st} -> {st.silver_name}: {exc}".splitlines()[0])
