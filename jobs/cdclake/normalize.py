@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from decimal import Decimal
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 from cdclake.catalog import (BRONZE_TABLE, CONTROL_TABLE, QUARANTINE_TABLE, RAW_TABLE, REGISTRY_TABLE, ensure_namespace,
                              qualified)
@@ -30,7 +30,7 @@ from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseE
 from cdclake.window import Window
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +153,39 @@ def classify(parser, rows: Iterable) -> Iterator[tuple]:
             yield "change", row
 
 
+#: How change rows leave the Python parsers: maps as key and value arrays, because PySpark's
+#: dict conversion does not keep key order and silver creates columns in the message's order.
+_STAGED_SCHEMA = BRONZE_SCHEMA.replace(
+    "before map<string,string>, after map<string,string>, ",
+    "before_k array<string>, before_v array<string>, after_k array<string>, after_v array<string>, ").replace(
+    "column_types map<string,string>, ", "types_k array<string>, types_v array<string>, ")
+
+
+def _pairs(m: Optional[dict]) -> tuple:
+    return (None, None) if m is None else (list(m), list(m.values()))
+
+
 def bronze_row(c: ChangeRecord, kcols: tuple) -> tuple:
-    """A bronze row tuple (column order of :data:`BRONZE_SCHEMA`)."""
-    return (c.source_format, c.source_database, c.source_schema, c.source_table, c.op, c.before, c.after,
-            list(c.primary_key), dict(c.column_types), [Decimal(x) for x in c.source_position],
-            c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record) + kcols
+    """A staged bronze row tuple (column order of ``_STAGED_SCHEMA``: maps as key/value arrays)."""
+    return (c.source_format, c.source_database, c.source_schema, c.source_table, c.op, *_pairs(c.before),
+            *_pairs(c.after), list(c.primary_key), *_pairs(dict(c.column_types)),
+            [Decimal(x) for x in c.source_position], c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record) + kcols
+
+
+def _bronze_frame(spark: "SparkSession", rows) -> "DataFrame":
+    """Staged change rows as a DataFrame of :data:`BRONZE_SCHEMA`, maps built in key order."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import _parse_datatype_string
+
+    staged = spark.createDataFrame(rows, _STAGED_SCHEMA)
+
+    def as_map(k: str, v: str):
+        return F.when(F.col(k).isNotNull(), F.map_from_arrays(k, v))
+
+    maps = {"before": as_map("before_k", "before_v"), "after": as_map("after_k", "after_v"),
+            "column_types": F.map_from_arrays("types_k", "types_v")}
+    names = _parse_datatype_string(BRONZE_SCHEMA).names
+    return staged.select(*[maps[n].alias(n) if n in maps else F.col(n) for n in names])
 
 
 def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, dict[str, int]]:
@@ -185,7 +213,8 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
     try:
         for kind, (name, schema) in zip(("change", "quarantine", "control"), _TABLES):
             part = tagged.filter(lambda kv, k=kind: kv[0] == k).map(lambda kv: kv[1])
-            spark.createDataFrame(part, schema).writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
+            frame = _bronze_frame(spark, part) if kind == "change" else spark.createDataFrame(part, schema)
+            frame.writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
     finally:
         tagged.unpersist()
 

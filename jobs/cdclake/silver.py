@@ -107,9 +107,10 @@ def _table_exists(spark: "SparkSession", name: str) -> bool:
 
 
 def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
-    """Primary key (of the latest change) and column types (widened over the batch).
+    """Primary key (of the latest change) and column types (widened over the batch), in source order.
 
-    Columns without a type are ``string``. Raises :class:`SchemaChangeError` for an
+    Columns come in the order of the first change carrying them and their place in its image (the
+    message's column order). Columns without a type are ``string``. Raises :class:`SchemaChangeError` for an
     incompatible type change inside the batch.
     """
     from pyspark.sql import functions as F
@@ -118,9 +119,13 @@ def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
     pk = list(latest["primary_key"] or [])
     typed = (changes.select(F.explode("column_types").alias("c", "t"), *_ORDER).groupBy("c", "t")
              .agg(F.max(F.struct(*_ORDER)).alias("o")).orderBy("o").collect())
-    names = (changes.select(F.explode(F.array_union(F.coalesce(F.map_keys("after"), F.array().cast("array<string>")),
-                                                    F.coalesce(F.map_keys("before"), F.array().cast("array<string>"))))
-                            .alias("c")).distinct().collect())
+    # columns in source order: by the first change that carries them, then by place in its image
+    order = F.struct(*_ORDER)
+    placed = changes.select(order.alias("o"), F.lit(0).alias("img"), F.posexplode(F.map_keys("after")).alias("p", "c"))
+    placed = placed.unionByName(changes.select(order.alias("o"), F.lit(1).alias("img"),
+                                               F.posexplode(F.map_keys("before")).alias("p", "c")))
+    names = (placed.groupBy("c").agg(F.min(F.struct("o", "img", "p")).alias("first")).orderBy("first")
+             .select("c").collect())
     types: dict[str, str] = {r["c"]: "string" for r in names}
     seen: dict[str, str] = {}
     for r in typed:
