@@ -163,3 +163,21 @@ def test_history_versions_under_late_arrival_and_reruns(stack, spark, unique):
     run_window(spark, path, 0, 2)
     run_window(spark, path, 0, 1)
     assert history_rows(spark, ns, "shop__t") == expected
+
+
+def test_truncate_is_remembered_across_batches(stack, spark, unique):
+    """A truncate removes older rows, and a late change older than it stays out in later batches."""
+    topic = f"sem.trunc.{unique}"
+    truncate = json.dumps({"before": None, "after": None, "op": "t", "ts_ms": 1704067200200,
+                           "source": {"connector": "mysql", "db": "shop", "table": "t", "file": "mysql-bin.000009",
+                                      "pos": 200, "row": 0, "ts_ms": 1704067200200}})
+    deliver(stack, topic, {
+        0: [mysql("c", 1, "a", pos=100), truncate, mysql("c", 2, "b", pos=300)],
+        1: [mysql("c", 3, "late", pos=150)],  # committed before the truncate, delivered an hour later
+    })
+    path = pipeline(topic, f"sem_trunc_{unique}")
+    run_window(spark, path, 0, 1)
+    assert state(spark, path, "shop__t") == {2: "b"}
+    run_window(spark, path, 1, 2)
+    run_window(spark, path, 0, 2)
+    assert state(spark, path, "shop__t") == {2: "b"}

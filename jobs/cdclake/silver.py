@@ -14,7 +14,8 @@ For every source table in the window's bronze rows:
 3. One ``MERGE INTO`` per table applies the result, but only where the change is newer than the
    change that produced the silver row (every silver row carries ``_cdc_position``,
    ``_cdc_kafka_partition``, ``_cdc_kafka_offset``), so reruns and duplicates change nothing.
-   A truncate deletes every row older than it. In hard-delete mode every delete also leaves a
+   A truncate deletes every row older than it and is remembered (the tombstone with an empty key),
+   so later batches drop changes older than it too. In hard-delete mode every delete also leaves a
    tombstone (:func:`record_tombstones`), and changes not newer than a key's tombstone are
    dropped before the MERGE, so a rerun of an earlier hour cannot bring a deleted row back.
 
@@ -265,13 +266,44 @@ def without_tombstoned(spark: "SparkSession", cfg: PipelineConfig, st: SourceTab
             .drop("_tkey", "_tord"))
 
 
-def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, view: str, nkeys: int) -> None:
-    """Upsert a tombstone for every delete of the batch; drop those older than the retention."""
+def _ensure_tombstone_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> str:
     ensure_namespace(spark, cfg, cfg.silver.namespace + "_tombstones")
     name = tombstone_table(cfg, st)
     spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({TOMBSTONE_SCHEMA}) USING iceberg "
               "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
               "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")
+    return name
+
+
+def record_truncate(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, at: tuple) -> None:
+    """Remember a truncate (position, Kafka partition, offset) as the tombstone row with an empty key.
+
+    Changes older than the latest truncate are dropped in every later batch too, so a late insert
+    cannot bring back a row the truncate removed.
+    """
+    name = _ensure_tombstone_table(spark, cfg, st)
+    pos = ", ".join(f"CAST({int(x)} AS DECIMAL(38,0))" for x in at[0])
+    spark.sql(f"MERGE INTO {name} t USING (SELECT CAST(array() AS ARRAY<STRING>) AS key, array({pos}) AS _cdc_position, "
+              f"CAST({int(at[1])} AS INT) AS _cdc_kafka_partition, CAST({int(at[2])} AS BIGINT) AS _cdc_kafka_offset, "
+              "CAST(NULL AS BIGINT) AS _cdc_source_ts_ms) s ON size(t.key) = 0 "
+              "WHEN MATCHED AND struct(t._cdc_position, t._cdc_kafka_partition, t._cdc_kafka_offset) < "
+              "struct(s._cdc_position, s._cdc_kafka_partition, s._cdc_kafka_offset) THEN UPDATE SET * "
+              "WHEN NOT MATCHED THEN INSERT *")
+
+
+def stored_truncate(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable):
+    """The latest recorded truncate of ``st`` as ``(position, partition, offset)``, or None."""
+    name = tombstone_table(cfg, st)
+    if not _table_exists(spark, name):
+        return None
+    row = spark.sql(f"SELECT _cdc_position, _cdc_kafka_partition, _cdc_kafka_offset FROM {name} "
+                    "WHERE size(key) = 0").first()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, view: str, nkeys: int) -> None:
+    """Upsert a tombstone for every delete of the batch; drop those older than the retention."""
+    name = _ensure_tombstone_table(spark, cfg, st)
     key = "array(" + ", ".join(f"s._k{i}" for i in range(nkeys)) + ")"
     meta = ["_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_source_ts_ms"]
     newer = ("struct(t._cdc_position, t._cdc_kafka_partition, t._cdc_kafka_offset) < "
@@ -282,7 +314,7 @@ def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
     horizon = spark.sql(f"SELECT max(_cdc_source_ts_ms) AS m FROM {name}").first()["m"]
     if horizon is not None:
         cutoff = int(horizon) - cfg.silver.tombstone_retention_hours * 3_600_000
-        spark.sql(f"DELETE FROM {name} WHERE _cdc_source_ts_ms < {cutoff}")
+        spark.sql(f"DELETE FROM {name} WHERE _cdc_source_ts_ms < {cutoff} AND size(key) > 0")
 
 
 def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str]) -> str:
@@ -344,14 +376,18 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
         trunc = changes.where(F.col("op") == "truncate").agg(F.max(F.struct(*_ORDER)).alias("o")).first()["o"]
         if trunc is not None:
             result.truncated = True
-            at = F.struct(F.lit(list(trunc[0])).cast("array<decimal(38,0)>").alias("source_position"),
-                          F.lit(trunc[1]).cast("int").alias("kafka_partition"),
-                          F.lit(trunc[2]).cast("bigint").alias("kafka_offset"))
+            trunc = tuple(trunc)[:3]
+            record_truncate(spark, cfg, st, trunc)
             if _table_exists(spark, name):
                 pos = ", ".join(f"CAST({int(x)} AS DECIMAL(38,0))" for x in trunc[0])
                 spark.sql(f"DELETE FROM {name} WHERE struct(_cdc_position, _cdc_kafka_partition, _cdc_kafka_offset) < "
                           f"named_struct('_cdc_position', array({pos}), '_cdc_kafka_partition', CAST({int(trunc[1])} AS INT), "
                           f"'_cdc_kafka_offset', CAST({int(trunc[2])} AS BIGINT))")
+        last_truncate = stored_truncate(spark, cfg, st)  # this batch's or an earlier batch's
+        if last_truncate is not None:
+            at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("source_position"),
+                          F.lit(last_truncate[1]).cast("int").alias("kafka_partition"),
+                          F.lit(last_truncate[2]).cast("bigint").alias("kafka_offset"))
             rows = rows.where(F.struct(*_ORDER[:3]) > at)
         if not rows.take(1):
             return result
