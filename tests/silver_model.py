@@ -85,7 +85,7 @@ def apply_change(state: State, schemas: Mapping[str, TableSchema], change: Chang
     """Apply one change to ``state`` in place (see the module docstring for the rules).
 
     Raises ``ValueError`` for a change the model cannot apply: an update or delete of a key that
-    is not there, an insert of a key that is.
+    is not there (an insert of a key that is there replaces the row).
     """
     schema = schemas[change.table]
     table = state.setdefault(change.table, {})
@@ -126,12 +126,20 @@ def normalise(value: object) -> object:
     return value
 
 
+def same(expected: object, actual: object) -> bool:
+    """``expected`` (model) and ``actual`` (silver) are the same typed value."""
+    expected, actual = normalise(expected), normalise(actual)
+    return expected == actual and type(expected) is type(actual)
+
+
 def diff_table(expected: Mapping[tuple, Row], rows: Iterable[Mapping[str, object]], schema: TableSchema,
                limit: int = 8) -> list[str]:
     """Differences between a model table and silver rows (``_cdc_*`` columns ignored).
 
     Every column of ``schema`` is compared, typed: a silver value must equal the model's value
-    (null where the model has none). Returns at most ``limit`` readable lines; empty when equal.
+    (null where the model has none) and be of the same Python type (int, str, ``Decimal``,
+    ``datetime``); silver must have no other columns. Returns at most ``limit`` readable lines;
+    empty when equal.
     """
     actual: dict[tuple, Row] = {}
     dup: list[str] = []
@@ -152,7 +160,10 @@ def diff_table(expected: Mapping[tuple, Row], rows: Iterable[Mapping[str, object
             diffs.append(f"key {key!r}: in the model, missing from silver: {exp!r}")
         else:
             bad = {c.name: (exp.get(c.name), got.get(c.name)) for c in schema.columns
-                   if normalise(exp.get(c.name)) != got.get(c.name)}
+                   if not same(exp.get(c.name), got.get(c.name))}
+            extra = sorted(set(got) - {c.name for c in schema.columns})
+            if extra:
+                diffs.append(f"key {key!r}: silver has columns the source has not: {extra}")
             if bad:
                 diffs.append(f"key {key!r}: " + ", ".join(f"{c} expected {e!r} got {g!r}" for c, (e, g) in bad.items()))
     return diffs
