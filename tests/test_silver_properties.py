@@ -572,7 +572,7 @@ def test_partial_updates_in_order(stack, spark, sc: Scenario):
 
 
 # ---------------------------------------------------------------------------------------------
-# Minimal failing examples, kept as plain tests
+# Examples found by the properties, kept as plain tests
 
 T0 = TableSchema("t0", (Column("k0", "bigint"),), (Column("v0", "string"), Column("v1", "bigint")))
 
