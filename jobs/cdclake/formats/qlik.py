@@ -78,6 +78,7 @@ types apply to columns the metadata does not describe) and ``table`` (``qlik-jso
 """
 from __future__ import annotations
 
+import abc
 import datetime as _dt
 import hashlib
 import io
@@ -465,7 +466,7 @@ class _Envelope(NamedTuple):
 # the parsers
 
 
-class _QlikParser:
+class _QlikParser(abc.ABC):
     """Shared decoding of both Qlik envelopes; subclasses read the envelope (:meth:`_envelope`)."""
 
     format_name = ""
@@ -565,20 +566,22 @@ class _QlikParser:
 
     # -- envelope ----------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _envelope(self, record: KafkaRecord) -> Optional[_Envelope]:
-        raise NotImplementedError
+        """The record's envelope (JSON or Avro), or None for a Kafka tombstone."""
 
     def _check_kind(self, kind: Any) -> str:
         if kind not in (METADATA, DATA):
             raise ParseError(self.format_name, f"unknown message type {kind!r} (expected MD or DT)", "type")
         return kind
 
+    @abc.abstractmethod
     def _metadata(self, env: _Envelope) -> QlikTable:
-        raise NotImplementedError
+        """The table definition of a metadata message."""
 
+    @abc.abstractmethod
     def _data(self, env: _Envelope) -> tuple:
         """``(QlikTable, data message as a dict)``."""
-        raise NotImplementedError
 
     # -- schema lookup -------------------------------------------------------------------------
 
