@@ -11,6 +11,8 @@ It states what the pipeline's result must be for a set of parsed records, withou
   image's key); when the key changes the old key is removed.
 - ``delete``: the row under the before image's key (else the after image's) is removed.
 - ``truncate``: the table is emptied.
+- A change delivered twice (same table, source position, op and images) is applied once;
+  different changes at one position are applied in arrival order.
 
 Control records and parse errors are not changes: use :func:`changes` to keep only the
 ``(KafkaRecord, ChangeRecord)`` pairs from :func:`cdclake.record.parse_all` output.
@@ -63,7 +65,13 @@ def apply_changes(pairs: Iterable[tuple[KafkaRecord, ChangeRecord]]) -> State:
         key=lambda p: (table_key(p[1]), tuple(p[1].source_position), p[0].partition, p[0].offset, p[1].row_in_record),
     )
     state: State = {}
+    seen = set()
     for record, change in ordered:
+        ident = (table_key(change), tuple(change.source_position), change.op,
+                 tuple(sorted((change.before or {}).items())), tuple(sorted((change.after or {}).items())))
+        if change.source_position and ident in seen:
+            continue
+        seen.add(ident)
         table = state.setdefault(table_key(change), {})
         if change.op == "truncate":
             table.clear()

@@ -34,16 +34,19 @@ Properties:
   timestamp whatever the window, so bronze is what hourly runs give); silver must equal the
   model after running silver hour by hour, and, in a second silver namespace on the same bronze,
   after running the hours in a random order followed by one run over the whole range.
-- :func:`test_partial_updates_in_order`: partial updates (and every other op), duplicates, hours
-  run in order with no late message: silver equals the model; a rerun over the whole range
-  changes nothing.
+- :func:`test_partial_updates_any_delivery` (with ``CDC_EXTENDED_PROPERTIES=1``): partial
+  updates, late and duplicate messages: silver
+  equals the model hour by hour, after a rerun of the whole range, and with the hours run in a
+  random order then the whole range.
 
-Left out of the properties (silver cannot do them yet: it keeps one position per row, not one
-per column): partial updates combined with late delivery or out-of-order hours (a partial change
-arriving after a newer change of the row is dropped whole), and key changes whose after image is
-partial (the new key's row does not inherit the old row's other columns). A change delivered in a
-later hour than a newer truncate of its table is kept as a plain test at the end of the file
-(:func:`test_late_insert_after_truncate_is_not_resurrected`).
+Key changes whose after image is partial are left out of the properties, because of a known limit
+(README, "Known limits"): a change of the old key older than the key change that lands after the
+key change was merged does not reach the new key, and late delivery draws that case often. They
+are plain tests at the end of the file, among them what the properties found when they were in: a
+key change delivered again in a later hour on another partition reset the new key to its own
+partial image.
+
+Examples the properties found are kept as plain tests at the end of the file.
 
 Hypothesis runs ``derandomize=True`` without its example database, and without the shrink phase
 (each example runs Spark jobs for several seconds). To explore: ``CDC_PROPERTY_EXAMPLES=n`` runs
@@ -59,6 +62,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Optional
 
+import pytest
 from conftest import write_pipeline
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
@@ -83,6 +87,9 @@ SLOW = settings(max_examples=int(os.environ.get("CDC_PROPERTY_EXAMPLES", "8")), 
                                        HealthCheck.data_too_large])
 FAST = settings(max_examples=300, deadline=None, derandomize=not _SEED, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+#: Properties whose examples take minutes each on two cores run with ``CDC_EXTENDED_PROPERTIES=1``.
+EXTENDED = pytest.mark.skipif(not os.environ.get("CDC_EXTENDED_PROPERTIES"),
+                              reason="set CDC_EXTENDED_PROPERTIES=1 (minutes per example)")
 #: ``CDC_PROPERTY_SEED=n`` explores other examples than the fixed ones CI runs.
 seeded = seed(int(_SEED)) if _SEED else (lambda f: f)
 
@@ -166,9 +173,8 @@ def values(ctype: str) -> st.SearchStrategy:
 
 def key_values(ctype: str) -> st.SearchStrategy:
     """Key values: mostly from a small pool (so keys come back), sometimes anything of the type."""
-    if ctype == "string":
-        return st.one_of(st.sampled_from(["a", "b", "A", "a ", "ü", ""]), values(ctype))
-    return st.one_of(st.integers(0, 4), values(ctype))
+    pool = st.sampled_from(["a", "b", "A", "a ", "ü", ""]) if ctype == "string" else st.integers(0, 4)
+    return st.one_of(pool, pool, pool, values(ctype))
 
 
 #: Names that need quoting in SQL (spaces, dots, quotes, backticks, keywords, non-ASCII, leading digit).
@@ -295,13 +301,11 @@ def histories(draw, schemas: tuple[TableSchema, ...], hours: int, partial: bool,
 
 
 @st.composite
-def scenarios(draw, partial: bool, late: bool, late_past_truncate: bool = False, max_changes: int = 40) -> Scenario:
+def scenarios(draw, partial: bool, late: bool, max_changes: int = 40) -> Scenario:
     """A random scenario: schemas, history, render styles and delivery.
 
-    ``late``: a message may be delivered in any hour from its commit hour on; otherwise in its
-    commit hour. Duplicates follow the same rule. Unless ``late_past_truncate``, a truncate is
-    never late and no change is delivered in a later hour than a newer truncate of its table was
-    committed (:func:`test_late_insert_after_truncate_is_not_resurrected` covers that case).
+    ``late``: a message may be delivered in any hour from its commit hour on (also after a newer
+    truncate of its table); otherwise in its commit hour. Duplicates follow the same rule.
     """
     schemas = draw(table_schemas())
     hours = draw(st.sampled_from((2, 3, 1, 2, 3)))  # mostly more than one hour: lateness needs two
@@ -313,15 +317,10 @@ def scenarios(draw, partial: bool, late: bool, late_past_truncate: bool = False,
 
     sends = []
     for i, c in enumerate(changes):
-        h0 = last = commit_hour(c)
-        if late:
-            last = hours - 1
-            if not late_past_truncate:
-                if c.op == "truncate":
-                    last = h0
-                last = min([last] + [commit_hour(t) for t in changes[i + 1:] if t.op == "truncate" and t.table == c.table])
+        h0 = commit_hour(c)
+        last = hours - 1 if late else h0
         for _ in range(1 + (draw(st.integers(0, 4)) == 0)):
-            h = draw(st.integers(h0, last)) if last > h0 and draw(st.booleans()) else h0
+            h = draw(st.integers(h0, last))
             sends.append(Send(i, draw(st.integers(0, parts - 1)), h, draw(st.integers(0, 1000))))
     order = tuple(draw(st.permutations(range(hours))))
     return Scenario(schemas, changes, styles, hours, parts, tuple(sends), order)
@@ -563,12 +562,14 @@ def test_full_images_any_delivery(stack, spark, sc: Scenario):
     run_scenario(stack, spark, sc)
 
 
+@EXTENDED
 @SLOW
 @seeded
-@given(sc=scenarios(partial=True, late=False))
-def test_partial_updates_in_order(stack, spark, sc: Scenario):
-    """Partial updates, duplicates, hours in order: silver equals the model; a whole-range rerun changes nothing."""
-    run_scenario(stack, spark, sc, shuffled_pass=False, rerun_whole=True)
+@given(sc=scenarios(partial=True, late=True))
+def test_partial_updates_any_delivery(stack, spark, sc: Scenario):
+    """Partial updates and partial key changes, late and duplicate messages, every op: silver equals
+    the model hour by hour, after a whole-range rerun, and whatever the hour order."""
+    run_scenario(stack, spark, sc, rerun_whole=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -595,3 +596,46 @@ def test_late_insert_after_truncate_is_not_resurrected(stack, spark):
                   sends=[(1, 0, 0), (0, 0, 1)], hours=2)
     assert model_state(sc) == {"t0": {}}
     run_scenario(stack, spark, sc, shuffled_pass=False)
+
+
+def test_key_change_with_partial_after_image_keeps_the_other_columns(stack, spark):
+    """k0=1 is inserted (hour 0); an update moves it to k0=2 with after = {k0, v0} and a before image
+    of the key only (hour 1). The row under k0=2 keeps v1 from the old row, as the source does."""
+    sc = handmade([("insert", 100, 0, None, {"k0": 1, "v0": "a", "v1": 7}),
+                   ("update", 200, 1, {"k0": 1, "v0": "a", "v1": 7}, {"k0": 2, "v0": "b"})],
+                  sends=[(0, 0, 0), (1, 0, 1)], hours=2, styles=[Style(), Style(before="key")])
+    assert model_state(sc) == {"t0": {(2,): {"k0": 2, "v0": "b", "v1": 7}}}
+    run_scenario(stack, spark, sc)
+
+
+def test_key_change_delivered_again_in_a_later_hour_keeps_the_carried_columns(stack, spark):
+    """The partial key change k0=1 -> 2 is delivered in hour 1 and again, on another partition, in
+    hour 2. The second copy is the same change: it must not reset the row under k0=2 to its own
+    partial image (v1 carried from the old row stays)."""
+    sc = handmade([("insert", 100, 0, None, {"k0": 1, "v0": "a", "v1": 7}),
+                   ("update", 200, 1, {"k0": 1, "v0": "a", "v1": 7}, {"k0": 2, "v0": "b"})],
+                  sends=[(0, 0, 0), (1, 0, 1), (1, 1, 2)], hours=3, styles=[Style(), Style(before="key")],
+                  partitions=2)
+    assert model_state(sc) == {"t0": {(2,): {"k0": 2, "v0": "b", "v1": 7}}}
+    run_scenario(stack, spark, sc)
+
+
+def test_late_partial_update_sets_its_column_under_a_newer_one(stack, spark):
+    """Insert (pos 100), partial update of v0 (pos 200) delivered an hour late, partial update of v1
+    (pos 300): the row ends with both updates; the late one is not dropped for being older than the row."""
+    sc = handmade([("insert", 100, 0, None, {"k0": 1, "v0": "a", "v1": 1}),
+                   ("update", 200, 0, {"k0": 1, "v0": "a", "v1": 1}, {"k0": 1, "v0": "b"}),
+                   ("update", 300, 0, {"k0": 1, "v0": "b", "v1": 1}, {"k0": 1, "v1": 2})],
+                  sends=[(0, 0, 0), (2, 0, 0), (1, 0, 1)], hours=2)
+    assert model_state(sc) == {"t0": {(1,): {"k0": 1, "v0": "b", "v1": 2}}}
+    run_scenario(stack, spark, sc)
+
+
+def test_late_insert_under_newer_partial_update(stack, spark):
+    """The insert (pos 100) arrives an hour after a partial update of v0 (pos 200): silver first holds
+    the update alone, then the insert fills v1 but not v0."""
+    sc = handmade([("insert", 100, 0, None, {"k0": 1, "v0": "a", "v1": 1}),
+                   ("update", 200, 0, {"k0": 1, "v0": "a", "v1": 1}, {"k0": 1, "v0": "b"})],
+                  sends=[(1, 0, 0), (0, 0, 1)], hours=2)
+    assert model_state(sc) == {"t0": {(1,): {"k0": 1, "v0": "b", "v1": 1}}}
+    run_scenario(stack, spark, sc)

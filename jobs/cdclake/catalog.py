@@ -81,6 +81,14 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.caseSensitive": "true",  # source column names are kept exactly
         "spark.sql.shuffle.partitions": "4",
+        # A silver MERGE plan has a column-by-column expression per column; the driver keeps every
+        # finished query's plan for the UI. Keep few, with plan text capped, so that a long session
+        # (a backfill, the tests) does not fill the driver heap with old plans.
+        "spark.sql.ui.retainedExecutions": "50",
+        "spark.ui.retainedJobs": "200",
+        "spark.ui.retainedStages": "200",
+        "spark.ui.retainedTasks": "20000",
+        "spark.sql.maxPlanStringLength": "200000",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.defaultCatalog": cat.name,
         prefix: "org.apache.iceberg.spark.SparkCatalog",
@@ -157,3 +165,38 @@ def ensure_namespace(spark: "SparkSession", cfg: PipelineConfig, namespace: str)
     from cdclake.types import quote_ident
 
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{quote_ident(namespace)}")
+
+
+def materialize(df: "DataFrame") -> "DataFrame":
+    """``df`` computed once and cut from its lineage (an eager local checkpoint, memory and disk).
+
+    The silver stage builds each step from the one before and reads most steps more than once
+    (unions of a frame with a filter of itself, joins with its own keys). Without a cut, every read
+    repeats the step's whole plan, so plans grow with each step and Spark spends its time and
+    driver heap analysing them. The blocks are freed when the frame is garbage collected (Spark's
+    context cleaner). A lost executor loses them: the stage fails and is retried as a whole.
+    """
+    return df.localCheckpoint(eager=True)
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception, for logs and ``SilverError`` messages.
+
+    A JVM error reached through py4j is described by its Java exception and, when it has one, its root
+    cause (``SparkException: Job aborted ... <- java.lang.OutOfMemoryError: ...``), not by py4j's
+    ``An error occurred while calling o123.count``.
+    """
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text = f"{java.getClass().getName()}: {java.getMessage()}"
+            root, seen = java.getCause(), 0
+            while root is not None and root.getCause() is not None and seen < 20:
+                root, seen = root.getCause(), seen + 1
+            if root is not None:
+                text = text.strip().splitlines()[0] + f" <- {root.getClass().getName()}: {root.getMessage()}"
+        except Exception:
+            text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

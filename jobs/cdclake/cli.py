@@ -11,6 +11,7 @@ import logging
 import sys
 from typing import Callable
 
+from cdclake.catalog import describe
 from cdclake.config import ConfigError, PipelineConfig, load_pipeline
 from cdclake.window import Window, WindowError, make_window
 
@@ -62,19 +63,6 @@ def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list
         log.error("stage %s failed", stage, exc_info=True)
         print(f"error: {stage} failed: {describe(exc)}", file=sys.stderr)
         return 1
-
-
-def describe(exc: BaseException) -> str:
-    """One line for an exception; a JVM error is described by its Java exception, not by py4j."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            text = f"{java.getClass().getName()}: {java.getMessage()}"
-        except Exception:
-            text = str(exc)
-    else:
-        text = f"{type(exc).__name__}: {exc}"
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
 def spark_stage(stage: str, fn: Callable) -> Callable[[PipelineConfig, Window], object]:

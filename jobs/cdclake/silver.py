@@ -3,21 +3,26 @@
 For every source table in the window's bronze rows:
 
 1. Changes are keyed by the primary key (a delete by its before image, others by the after
-   image; an update that changes the key also deletes the old key) and ordered by
+   image; an update that changes the key, a *move*, also deletes the old key) and ordered by
    ``(source_position, kafka_partition, kafka_offset, row_in_record)``: the source's own order,
-   arrival order only to break ties.
-2. Each key's changes collapse into one: the last change decides delete or upsert; the image is
-   built column by column from the latest change carrying each column, starting at the last
-   insert/snapshot/delete of that key. When the batch holds such a reset the image replaces the
-   silver row (absent columns become null); when it holds only updates, absent columns keep their
-   silver values (partial images: Canal ``old``, PostgreSQL TOAST, ...).
-3. One ``MERGE INTO`` per table applies the result, but only where the change is newer than the
-   change that produced the silver row (every silver row carries ``_cdc_position``,
-   ``_cdc_kafka_partition``, ``_cdc_kafka_offset``), so reruns and duplicates change nothing.
+   arrival order only to break ties. A move's after image is completed with the old row's other
+   columns (:func:`carry_over`), as the source moves the whole row.
+2. Each key's changes collapse into one (:func:`collapse`): the latest change decides delete or
+   upsert; the latest insert, snapshot, delete, move, tombstone or truncate is the key's *reset*;
+   the image is built column by column from the latest change since the reset carrying each
+   column, and remembers which change that was.
+3. One ``MERGE INTO`` per table applies the result column by column (:func:`merge_sql`). Every
+   silver row carries the order of its latest change (``_cdc_position``,
+   ``_cdc_kafka_partition``, ``_cdc_kafka_offset``), of its latest reset (``_cdc_reset``) and of
+   every column whose value came from an older change (``_cdc_column_positions``; a null entry:
+   no change since the reset set it). A value replaces the silver value only when it comes from a
+   newer change, and neither counts when older than the latest reset. So duplicates and reruns
+   change nothing, a partial update arriving late still sets its columns unless a newer change
+   set them, and a late insert fills only what newer updates left unset.
    A truncate deletes every row older than it and is remembered (the tombstone with an empty key),
    so later batches drop changes older than it too. In hard-delete mode every delete also leaves a
-   tombstone (:func:`record_tombstones`), and changes not newer than a key's tombstone are
-   dropped before the MERGE, so a rerun of an earlier hour cannot bring a deleted row back.
+   tombstone (:func:`record_tombstones`), which later batches read back as a reset of its key
+   (:func:`with_tombstones`), so a rerun of an earlier hour cannot bring a deleted row back.
 
 Silver tables live in ``<catalog>.<silver.namespace>`` and are named
 ``<table_prefix><database>__<schema>__<table>`` (missing parts left out). They are created on first
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from cdclake import types as T
-from cdclake.catalog import BRONZE_TABLE, ensure_namespace, qualified
+from cdclake.catalog import BRONZE_TABLE, describe, ensure_namespace, materialize, qualified
 from cdclake.config import PipelineConfig
 from cdclake.land import window_filter
 from cdclake.window import Window
@@ -43,13 +48,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The order of a change as silver stores it: source position, then Kafka partition and offset.
+ORDER_TYPE = "struct<p:array<decimal(38,0)>,kp:int,ko:bigint>"
+#: Metadata columns of every silver row (see the module docstring).
 META_COLUMNS = {
     "_cdc_position": "array<decimal(38,0)>",
     "_cdc_kafka_partition": "int",
     "_cdc_kafka_offset": "bigint",
     "_cdc_op": "string",
     "_cdc_source_ts_ms": "bigint",
+    "_cdc_reset": ORDER_TYPE,
+    "_cdc_column_positions": f"map<string,{ORDER_TYPE}>",
 }
+#: The columns of :data:`META_COLUMNS` copied from the last change of a key.
+LAST_CHANGE_COLUMNS = ("_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_op", "_cdc_source_ts_ms")
 SOFT_DELETE_COLUMN = "_cdc_deleted"
 _ORDER = ("source_position", "kafka_partition", "kafka_offset", "row_in_record")
 
@@ -165,7 +177,12 @@ def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, p
             f"'write.delete.mode'='{mode}', 'cdc.primary-key'={T.sql_string(','.join(pk))})")
         log.info("created silver table %s with key %s and %d columns", name, pk, len(types))
         return dict(types)
-    current = {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields if f.name not in meta}
+    fields = spark.table(name).schema.fields
+    for c, t in meta.items():  # tables made by an earlier version lack newer metadata columns
+        if c not in {f.name for f in fields}:
+            spark.sql(f"ALTER TABLE {name} ADD COLUMN {c} {t}")
+            log.info("silver table %s: added metadata column %s", name, c)
+    current = {f.name: f.dataType.simpleString() for f in fields if f.name not in meta}
     for c, t in types.items():
         t = T.spark_type(t)
         if c not in current:
@@ -185,53 +202,224 @@ def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, p
     return current
 
 
-def collapse(changes: "DataFrame", pk: list[str]) -> "DataFrame":
-    """One row per key: the net effect of the batch's changes for that key.
+def _order3(prefix: str = ""):
+    """The storage order struct ``(p, kp, ko)`` of bronze rows (or of ``prefix``-named columns)."""
+    from pyspark.sql import functions as F
 
-    Output columns: ``_k0.._kN`` (key text), ``_op`` (``delete``/``upsert``), ``_replace``
-    (boolean: the batch holds an insert, snapshot or delete of the key), ``_img``
-    (map<string,string>: latest value per column since the last reset; for a key whose last change
-    is a delete, that delete's before image), ``_cdc_*`` metadata of the last change.
+    return F.struct(F.col(prefix + "source_position").alias("p"), F.col(prefix + "kafka_partition").alias("kp"),
+                    F.col(prefix + "kafka_offset").alias("ko"))
+
+
+def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
+    """Bronze changes as one row per key they affect, the input of :func:`collapse`.
+
+    Columns: ``_k0.._kN`` (key text), ``_kind`` (``insert`` for inserts and snapshots, ``update``,
+    ``delete``, ``move``: an update that changed the key, as seen by its new key), ``_img``
+    (map<string,string>, the after image; null for deletes), ``_before`` (the before image),
+    ``_ord`` (struct p, kp, ko, row: the full order), ``_tomb`` (false), the
+    :data:`LAST_CHANGE_COLUMNS`, and ``_o0.._oN`` (for a move, the old key). A move also gives a
+    ``delete`` row of its old key at the same order. A move delivered more than once (same
+    position and keys) is kept once, with its first Kafka coordinates.
     """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
     keys = [f"_k{i}" for i in range(len(pk))]
-    order = F.struct(*_ORDER)
-    meta = [F.col("source_position").alias("_cdc_position"), F.col("kafka_partition").alias("_cdc_kafka_partition"),
-            F.col("kafka_offset").alias("_cdc_kafka_offset"), F.col("op").alias("_cdc_op"),
-            F.col("source_ts_ms").alias("_cdc_source_ts_ms")]
-    kind = F.when(F.col("op") == "delete", "delete").when(F.col("op") == "update", "update").otherwise("insert")
-    main = changes.select(
-        *[F.when(F.col("op") == "delete", F.col("before")[k]).otherwise(F.col("after")[k]).alias(n) for k, n in zip(pk, keys)],
-        kind.alias("_kind"), F.when(F.col("op") == "delete", F.col("before")).otherwise(F.col("after")).alias("_img"),
-        order.alias("_ord"), *meta)
-    # an update that changes the key deletes the old key at the same position
+    olds = [f"_o{i}" for i in range(len(pk))]
+    is_delete = F.col("op") == "delete"
     key_changed = F.lit(False)
     for k in pk:
         key_changed = key_changed | ~F.col("before")[k].eqNullSafe(F.col("after")[k])
-    old_keys = changes.where((F.col("op") == "update") & F.col("before").isNotNull() & key_changed
-                             & F.forall(F.array(*[F.col("before")[k] for k in pk]), lambda v: v.isNotNull()))
-    old = old_keys.select(*[F.col("before")[k].alias(n) for k, n in zip(pk, keys)], F.lit("delete").alias("_kind"),
-                          F.lit(None).cast("map<string,string>").alias("_img"), order.alias("_ord"), *meta)
-    rows = main.unionByName(old)
+    moved = ((F.col("op") == "update") & F.col("before").isNotNull() & key_changed
+             & F.forall(F.array(*[F.col("before")[k] for k in pk]), lambda v: v.isNotNull()))
+    kind = (F.when(is_delete, "delete").when(moved, "move").when(F.col("op") == "update", "update")
+            .otherwise("insert"))
+    meta = [F.col("source_position").alias("_cdc_position"), F.col("kafka_partition").alias("_cdc_kafka_partition"),
+            F.col("kafka_offset").alias("_cdc_kafka_offset"), F.col("op").alias("_cdc_op"),
+            F.col("source_ts_ms").alias("_cdc_source_ts_ms")]
+    order = F.struct(F.col("source_position").alias("p"), F.col("kafka_partition").alias("kp"),
+                     F.col("kafka_offset").alias("ko"), F.col("row_in_record").alias("row"))
+    rows = changes.select(
+        *[F.when(is_delete, F.col("before")[k]).otherwise(F.col("after")[k]).alias(n) for k, n in zip(pk, keys)],
+        kind.alias("_kind"), F.when(is_delete, F.lit(None)).otherwise(F.col("after")).alias("_img"),
+        F.col("before").alias("_before"), order.alias("_ord"), F.lit(False).alias("_tomb"), *meta,
+        *[F.when(moved, F.col("before")[k]).alias(n) for k, n in zip(pk, olds)])
+    # a key change delivered twice is one change: the second copy would find the old key deleted
+    # by the first and carry nothing over (other duplicates are harmless: they set the same values)
+    is_move = F.col("_kind") == "move"
+    first = W.partitionBy("_ord.p", "_ord.row", *keys, *olds).orderBy("_ord")
+    rows = rows.where(~is_move).unionByName(
+        rows.where(is_move).withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n"))
+    old = rows.where(F.col("_kind") == "move").select(
+        *[F.col(o).alias(k) for o, k in zip(olds, keys)], F.lit("delete").alias("_kind"),
+        F.lit(None).cast("map<string,string>").alias("_img"), "_before", "_ord", "_tomb", *LAST_CHANGE_COLUMNS,
+        *[F.lit(None).cast("string").alias(o) for o in olds])
+    return rows.unionByName(old)
+
+
+def with_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, rows: "DataFrame",
+                    nkeys: int) -> "DataFrame":
+    """Add the recorded delete of every key in ``rows`` as a ``delete`` row with ``_tomb`` true.
+
+    A tombstone is a reset like any delete: changes older than it are out (a late, older insert
+    or update cannot bring the row back), and a key whose latest change is its own tombstone has
+    nothing to apply.
+    """
+    from pyspark.sql import functions as F
+
+    name = tombstone_table(cfg, st)
+    if not _table_exists(spark, name):
+        return rows
+    keys = [f"_k{i}" for i in range(nkeys)]
+    wanted = rows.select(F.array(*keys).alias("key")).distinct()
+    tomb = spark.table(name).where(F.size("key") > 0).join(wanted, "key").select(
+        *[F.col("key")[i].alias(k) for i, k in enumerate(keys)], F.lit("delete").alias("_kind"),
+        F.lit(None).cast("map<string,string>").alias("_img"), F.lit(None).cast("map<string,string>").alias("_before"),
+        F.struct(F.col("_cdc_position").alias("p"), F.col("_cdc_kafka_partition").alias("kp"),
+                 F.col("_cdc_kafka_offset").alias("ko"), F.lit(-1).alias("row")).alias("_ord"),
+        F.lit(True).alias("_tomb"), "_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset",
+        F.lit("delete").alias("_cdc_op"), "_cdc_source_ts_ms",
+        *[F.lit(None).cast("string").alias(f"_o{i}") for i in range(nkeys)])
+    return rows.unionByName(tomb)
+
+
+def carry_over(spark: "SparkSession", name: Optional[str], rows: "DataFrame", pk: list[str],
+               types: dict[str, str]) -> "DataFrame":
+    """Complete the image of every key change (``move`` row) with the old key's other columns.
+
+    In the source, an update that changes the key moves the whole row: columns the after image
+    leaves out keep their values. The old row as of the move is built column by column from the
+    old key's changes older than the move (this batch's rows, and the silver row of table
+    ``name``, whose per-column positions say how old each value is) since its last insert or
+    delete, falling back to the move's before image for a column neither holds. The move's
+    ``_img`` becomes that row overlaid with the after image. Rows that are not moves pass through.
+    For a move already merged (its new key's silver ``_cdc_reset`` has the move's source position:
+    the same change delivered again, or a rerun), the new key's silver values fill what the old row
+    no longer holds, ahead of the before image.
+
+    Limit: a change of the old key older than the move that arrives after the move was merged
+    updates nothing (the old key's tombstone holds it off) instead of reaching the new key.
+    """
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    n = len(pk)
+    keys, olds = [f"_k{i}" for i in range(n)], [f"_o{i}" for i in range(n)]
+    is_move = F.col("_kind") == "move"
+    if not rows.where(is_move).take(1):
+        return rows
+    stored_table = name is not None and _table_exists(spark, name)
+    no_map = F.lit(None).cast("map<string,string>")
+    if stored_table:
+        q = T.quote_ident
+        data_cols = [c for c in spark.table(name).columns if not c.startswith("_cdc_") and c in types]
+        text = ", ".join(f"{T.sql_string(c)}, {T.sql_text(q(c), types[c])}" for c in data_cols if c not in pk)
+        key_text = ", ".join(f"{T.sql_text(q(k), types[k])} AS _k{i}" for i, k in enumerate(pk))
+        # a move delivered again (another Kafka partition or offset, a later hour, a rerun) after it
+        # was merged: its new key's latest reset is this very change (same source position), and
+        # the old row it carried from may be gone; the new key's values stand in for it
+        current = spark.sql(f"SELECT {key_text}, _cdc_reset.p AS _applied, "
+                            f"map_filter({f'map({text})' if text else 'CAST(map() AS MAP<STRING,STRING>)'}, (k, v) -> v IS NOT NULL) AS _cur "
+                            f"FROM {name} WHERE _cdc_reset IS NOT NULL")
+        again = (rows.where(is_move).join(current, keys, "left")
+                 .withColumn("_cur", F.when(F.col("_applied") == F.col("_ord.p"), F.col("_cur"))).drop("_applied"))
+        rows = rows.where(~is_move).withColumn("_cur", no_map).unionByName(again)
+    else:
+        rows = rows.withColumn("_cur", no_map)
+    moves = rows.where(is_move).select(*olds, F.col("_ord").alias("_mord"), *keys)
+    old_keys = moves.select(*[F.col(o).alias(k) for o, k in zip(olds, keys)]).distinct()
+    # the old keys' changes in this batch, as (key, order, kind, image)
+    batch = rows.join(old_keys, keys).select(*keys, "_ord", "_kind", "_img", "_tomb")
+    if stored_table:
+        row_order = "named_struct('p', _cdc_position, 'kp', _cdc_kafka_partition, 'ko', _cdc_kafka_offset, 'row', -1)"
+        # one entry per column with the position of its value; the reset is a row of its own
+        silver = spark.sql(
+            f"SELECT {key_text}, _cdc_reset, {row_order} AS _row_ord, _cdc_column_positions, "
+            f"map({text or ''}) AS _vals FROM {name}").join(old_keys, keys)
+        entries = silver.select(*keys, F.explode("_vals").alias("_c", "_v"), "_row_ord", "_cdc_column_positions").select(
+            *keys, "_c", "_v", F.when(F.array_contains(F.map_keys("_cdc_column_positions"), F.col("_c")), F.struct(
+                F.col("_cdc_column_positions")[F.col("_c")]["p"].alias("p"),
+                F.col("_cdc_column_positions")[F.col("_c")]["kp"].alias("kp"),
+                F.col("_cdc_column_positions")[F.col("_c")]["ko"].alias("ko"), F.lit(-1).alias("row")))
+            .otherwise(F.col("_row_ord")).alias("_ord"), F.lit(False).alias("_is_reset"))
+        resets = silver.where(F.col("_cdc_reset").isNotNull()).select(
+            *keys, F.lit(None).cast("string").alias("_c"), F.lit(None).cast("string").alias("_v"),
+            F.struct(F.col("_cdc_reset.p").alias("p"), F.col("_cdc_reset.kp").alias("kp"),
+                     F.col("_cdc_reset.ko").alias("ko"), F.lit(-1).alias("row")).alias("_ord"),
+            F.lit(True).alias("_is_reset"))
+        stored = entries.unionByName(resets).withColumn("_tomb", F.lit(False))
+    else:
+        stored = None
+    flat = batch.select(*keys, F.explode_outer("_img").alias("_c", "_v"), "_ord",
+                        (F.col("_kind") != "update").alias("_is_reset"), "_tomb")
+    flat = flat.where(F.col("_c").isNotNull() | F.col("_is_reset"))
+    if stored is not None:
+        flat = flat.unionByName(stored)
+    # per move: the old key's entries older than the move, since its last reset before the move
+    joined = moves.select(*olds, "_mord", *keys).withColumnRenamed("_k0", "_n0")
+    for i in range(1, n):
+        joined = joined.withColumnRenamed(f"_k{i}", f"_n{i}")
+    # the old key's tombstone from this move itself (same record as the move) is not older than it
+    own_tomb = F.col("_tomb") & (F.col("_ord.p") == F.col("_mord.p")) & (F.col("_ord.kp") == F.col("_mord.kp")) \
+        & (F.col("_ord.ko") == F.col("_mord.ko"))
+    cand = (joined.join(flat, [F.col(o) == F.col(k) for o, k in zip(olds, keys)])
+            .where((F.col("_ord") < F.col("_mord")) & ~own_tomb))
+    cand = cand.withColumn("_since", F.max(F.when(F.col("_is_reset"), F.col("_ord"))).over(W.partitionBy(*olds, "_mord")))
+    carried = (cand.where(F.col("_c").isNotNull() & (F.col("_since").isNull() | (F.col("_ord") >= F.col("_since"))))
+               .groupBy(*olds, "_mord", "_c").agg(F.max_by("_v", "_ord").alias("_v"))
+               .groupBy(*olds, "_mord").agg(F.map_from_entries(F.collect_list(F.struct("_c", "_v"))).alias("_carry")))
+    rows = rows.join(carried.withColumnRenamed("_mord", "_ord"), olds + ["_ord"], "left")
+
+    def without(m, *higher):
+        return F.map_filter(m, lambda k, v: ~F.exists(F.array(*[F.array_contains(F.map_keys(h), k) for h in higher]), lambda x: x))
+
+    empty = F.create_map().cast("map<string,string>")
+    before, carry, cur = (F.coalesce(F.col(c), empty) for c in ("_before", "_carry", "_cur"))
+    filled = F.map_concat(without(before, cur, carry, F.col("_img")), without(cur, carry, F.col("_img")),
+                          without(carry, F.col("_img")), F.col("_img"))
+    return rows.withColumn("_img", F.when(F.col("_kind") == "move", filled).otherwise(F.col("_img"))).drop("_carry", "_cur")
+
+
+def collapse(rows: "DataFrame", nkeys: int) -> "DataFrame":
+    """One row per key: the net effect of the batch's changes (:func:`keyed_rows`) for that key.
+
+    Changes are ordered by ``(source_position, kafka_partition, kafka_offset, row_in_record)``.
+    The latest insert, snapshot, delete or move of a key is its *reset*: changes older than it no
+    longer count. Output columns: ``_k0.._kN``, ``_op`` (``delete`` when the latest change is a
+    delete, else ``upsert``), ``_reset`` (order struct p, kp, ko of the reset, or null),
+    ``_img`` (map<string,string>: per column, the value of the latest change since the reset
+    that carries it), ``_ords`` (map<string, order>: the order of that change per column),
+    ``_last`` (order of the latest change), ``_before`` (the latest delete's before image),
+    ``_tomb`` (the latest change is a recorded tombstone: nothing new), and the
+    :data:`LAST_CHANGE_COLUMNS` of the latest change.
+    """
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    keys = [f"_k{i}" for i in range(nkeys)]
     w = W.partitionBy(*keys)
-    rows = rows.withColumn("_reset", F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).over(w))
+    rows = rows.withColumn("_rst", F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).over(w))
     last = rows.groupBy(*keys).agg(
-        F.max_by(F.struct("_kind", "_img", "_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_op",
-                          "_cdc_source_ts_ms"), F.col("_ord")).alias("_last"),
-        F.max(F.col("_reset").isNotNull()).alias("_replace"))
-    img = (rows.where((F.col("_kind") != "delete") & (F.col("_reset").isNull() | (F.col("_ord") >= F.col("_reset"))))
-           .select(*keys, "_ord", F.explode("_img").alias("_c", "_v"))
-           .groupBy(*keys, "_c").agg(F.max_by("_v", "_ord").alias("_v"))
-           .groupBy(*keys).agg(F.map_from_entries(F.collect_list(F.struct("_c", "_v"))).alias("_img")))
-    out = last.join(img, keys, "left").select(
-        *keys, F.when(F.col("_last._kind") == "delete", "delete").otherwise("upsert").alias("_op"), "_replace",
-        # a key whose last change is a delete keeps the delete's before image (soft-delete mode shows it)
-        F.coalesce(F.when(F.col("_last._kind") == "delete", F.col("_last._img")).otherwise(F.col("_img")),
-                   F.create_map().cast("map<string,string>")).alias("_img"),
-        *[F.col(f"_last.{c}").alias(c) for c in META_COLUMNS])
-    return out
+        F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS), F.col("_ord")).alias("_last"),
+        F.max("_rst").alias("_rst"), F.max("_ord").alias("_lord"))
+    o3 = F.struct(F.col("_ord.p").alias("p"), F.col("_ord.kp").alias("kp"), F.col("_ord.ko").alias("ko"))
+    img = (rows.where((F.col("_kind") != "delete") & (F.col("_rst").isNull() | (F.col("_ord") >= F.col("_rst"))))
+           .select(*keys, "_ord", o3.alias("_o3"), F.explode("_img").alias("_c", "_v"))
+           .groupBy(*keys, "_c").agg(F.max_by(F.struct("_v", "_o3"), "_ord").alias("_x"))
+           .groupBy(*keys).agg(F.map_from_entries(F.collect_list(F.struct("_c", "_x._v"))).alias("_img"),
+                               F.map_from_entries(F.collect_list(F.struct("_c", "_x._o3"))).alias("_ords")))
+
+    def short(c: str):
+        return F.when(F.col(c).isNotNull(), F.struct(F.col(f"{c}.p").alias("p"), F.col(f"{c}.kp").alias("kp"),
+                                                      F.col(f"{c}.ko").alias("ko")))
+
+    return last.join(img, keys, "left").select(
+        *keys, F.when(F.col("_last._kind") == "delete", "delete").otherwise("upsert").alias("_op"),
+        short("_rst").alias("_reset"), short("_lord").alias("_last_order"),
+        F.coalesce("_img", F.create_map().cast("map<string,string>")).alias("_img"),
+        F.coalesce("_ords", F.create_map().cast(f"map<string,{ORDER_TYPE}>")).alias("_ords"),
+        F.col("_last._before").alias("_before"), F.col("_last._tomb").alias("_tomb"),
+        *[F.col(f"_last.{c}").alias(c) for c in LAST_CHANGE_COLUMNS])
 
 
 TOMBSTONE_SCHEMA = ("key array<string>, _cdc_position array<decimal(38,0)>, _cdc_kafka_partition int, "
@@ -246,24 +434,6 @@ def tombstone_table(cfg: PipelineConfig, st: SourceTable) -> str:
     """
     return (f"{cfg.catalog.name}.{T.quote_ident(cfg.silver.namespace + '_tombstones')}."
             f"{T.quote_ident(st.silver_name)}")
-
-
-def without_tombstoned(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, src: "DataFrame",
-                       nkeys: int) -> "DataFrame":
-    """Drop collapsed changes that are not newer than a recorded delete of the same key."""
-    from pyspark.sql import functions as F
-
-    name = tombstone_table(cfg, st)
-    if not _table_exists(spark, name):
-        return src
-    tomb = spark.table(name).select(F.col("key").alias("_tkey"), F.struct(
-        F.col("_cdc_position").alias("p"), F.col("_cdc_kafka_partition").alias("kp"),
-        F.col("_cdc_kafka_offset").alias("ko")).alias("_tord"))
-    keyed = src.withColumn("_tkey", F.array(*[F.col(f"_k{i}") for i in range(nkeys)]))
-    order = F.struct(F.col("_cdc_position").alias("p"), F.col("_cdc_kafka_partition").alias("kp"),
-                     F.col("_cdc_kafka_offset").alias("ko"))
-    return (keyed.join(tomb, "_tkey", "left").where(F.col("_tord").isNull() | (order > F.col("_tord")))
-            .drop("_tkey", "_tord"))
 
 
 def _ensure_tombstone_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> str:
@@ -318,42 +488,77 @@ def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
 
 
 def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str]) -> str:
-    """The ``MERGE INTO`` statement applying a collapsed batch (view ``view``) to table ``name``.
+    """The ``MERGE INTO`` statement applying a collapsed batch (view ``view``, :func:`collapse`) to ``name``.
 
-    Every identifier is quoted; column names reach SQL only as quoted identifiers or string
-    literals.
+    Column by column: a value from the batch replaces the silver value when it comes from a newer
+    change than the silver value did (``_cdc_column_positions``, else the row's position), and
+    neither counts when it is older than the latest reset of the key (``_cdc_reset`` or the
+    batch's). So a late partial update still sets its columns unless a newer change set them, and
+    a late insert fills only what newer updates did not set. A delete newer than everything in
+    silver deletes the row (soft-delete mode: flags it). Every identifier is quoted; column names
+    reach SQL only as quoted identifiers or string literals.
     """
     q, lit = T.quote_ident, T.sql_string
     on = " AND ".join(f"t.{q(k)} = {T.sql_cast(f's._k{i}', types[k])}" for i, k in enumerate(pk))
-    newer = ("struct(t._cdc_position, t._cdc_kafka_partition, t._cdc_kafka_offset) < "
-             "struct(s._cdc_position, s._cdc_kafka_partition, s._cdc_kafka_offset)")
-    newer = f"(t._cdc_position IS NULL OR {newer})"
-
-    def value(c: str, keep_old: bool) -> str:
-        cast = T.sql_cast(f"s._img[{lit(c)}]", types[c])
-        if not keep_old:
-            return cast
-        return f"CASE WHEN s._replace OR map_contains_key(s._img, {lit(c)}) THEN {cast} ELSE t.{q(c)} END"
-
+    t_last = "named_struct('p', t._cdc_position, 'kp', t._cdc_kafka_partition, 'ko', t._cdc_kafka_offset)"
+    newer = f"(t._cdc_position IS NULL OR {t_last} < s._last_order)"
+    reset = "greatest(t._cdc_reset, s._reset)"
     data_cols = [c for c in types if c not in pk]
-    sets = [f"t.{q(c)} = {value(c, True)}" for c in data_cols] + [f"t.{c} = s.{c}" for c in META_COLUMNS]
+
+    def chosen(c: str) -> tuple[str, str]:
+        """(value, order) of column ``c`` after the merge of a matched row."""
+        ot = (f"(CASE WHEN map_contains_key(t._cdc_column_positions, {lit(c)}) "
+              f"THEN t._cdc_column_positions[{lit(c)}] ELSE {t_last} END)")
+        os_ = f"s._ords[{lit(c)}]"
+        t_ok = f"({ot} IS NOT NULL AND ({reset} IS NULL OR {ot} >= {reset}))"
+        s_ok = f"({os_} IS NOT NULL AND ({reset} IS NULL OR {os_} >= {reset}))"
+        take_s = f"({s_ok} AND (NOT {t_ok} OR {os_} >= {ot}))"  # a tie is the same change again
+        value = f"CASE WHEN {take_s} THEN {T.sql_cast(f's._img[{lit(c)}]', types[c])} WHEN {t_ok} THEN t.{q(c)} END"
+        order = f"CASE WHEN {take_s} THEN {os_} WHEN {t_ok} THEN {ot} END"
+        return value, order
+
+    def positions(orders: dict[str, str], last: str) -> str:
+        """Per-column positions to store: those that differ from the row's own (null: never set)."""
+        if not orders:
+            return f"CAST(map() AS MAP<STRING,{ORDER_TYPE}>)"
+        entries = ", ".join(f"{lit(c)}, {o}" for c, o in orders.items())
+        return f"map_filter(map({entries}), (k, v) -> NOT (v <=> {last}))"
+
+    new_last = f"greatest({t_last}, s._last_order)"
+    picked = {c: chosen(c) for c in data_cols}
+    last_cols = {"_cdc_position": "p", "_cdc_kafka_partition": "kp", "_cdc_kafka_offset": "ko"}
+    sets = [f"t.{q(c)} = {v}" for c, (v, _) in picked.items()]
+    sets += [f"t.{c} = CASE WHEN {newer} THEN s.{c} ELSE t.{c} END" for c in LAST_CHANGE_COLUMNS]
+    sets += [f"t._cdc_reset = {reset}",
+             f"t._cdc_column_positions = {positions({c: o for c, (_, o) in picked.items()}, new_last)}"]
+
+    def fresh(c: str) -> str:
+        return (f"CASE WHEN s._ords[{lit(c)}] IS NOT NULL AND (s._reset IS NULL OR s._ords[{lit(c)}] >= s._reset) "
+                f"THEN {T.sql_cast(f's._img[{lit(c)}]', types[c])} END")
+
     insert_cols = [q(c) for c in types] + list(META_COLUMNS)
-    insert_vals = [T.sql_cast(f"s._k{pk.index(c)}", types[c]) if c in pk else value(c, False) for c in types] + \
-                  [f"s.{c}" for c in META_COLUMNS]
+    insert_vals = [T.sql_cast(f"s._k{pk.index(c)}", types[c]) if c in pk else fresh(c) for c in types]
+    insert_vals += [f"s.{c}" for c in LAST_CHANGE_COLUMNS]
+    insert_vals += ["s._reset", positions({c: f"s._ords[{lit(c)}]" for c in data_cols}, "s._last_order")]
     soft = cfg.silver.delete_mode == "soft"
     if soft:
-        sets.append(f"t.{SOFT_DELETE_COLUMN} = false")
+        sets.append(f"t.{SOFT_DELETE_COLUMN} = CASE WHEN {newer} THEN s._op = 'delete' ELSE t.{SOFT_DELETE_COLUMN} END")
         insert_cols.append(SOFT_DELETE_COLUMN)
         insert_vals.append("s._op = 'delete'")
+        # a row first seen deleted shows the delete's before image
+        insert_vals = [T.sql_cast(f"s._k{pk.index(c)}", types[c]) if c in pk else
+                       f"CASE WHEN s._op = 'delete' THEN {T.sql_cast(f's._before[{lit(c)}]', types[c])} ELSE {fresh(c)} END"
+                       for c in types] + insert_vals[len(types):]
         on_delete = (f"WHEN MATCHED AND s._op = 'delete' AND {newer} THEN UPDATE SET "
-                     + ", ".join([f"t.{SOFT_DELETE_COLUMN} = true"] + [f"t.{c} = s.{c}" for c in META_COLUMNS]))
+                     + ", ".join([f"t.{SOFT_DELETE_COLUMN} = true", f"t._cdc_reset = {reset}"]
+                                 + [f"t.{c} = s.{c}" for c in LAST_CHANGE_COLUMNS]))
         not_matched = "WHEN NOT MATCHED THEN"
     else:
         on_delete = f"WHEN MATCHED AND s._op = 'delete' AND {newer} THEN DELETE"
         not_matched = "WHEN NOT MATCHED AND s._op = 'upsert' THEN"
     return (f"MERGE INTO {name} t USING {view} s ON {on} "
             f"{on_delete} "
-            f"WHEN MATCHED AND s._op = 'upsert' AND {newer} THEN UPDATE SET {', '.join(sets)} "
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(sets)} "
             f"{not_matched} INSERT ({', '.join(insert_cols)}) VALUES ({', '.join(insert_vals)})")
 
 
@@ -369,51 +574,52 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     name = silver_table(cfg, st)
     result = TableResult(table=name)
     ensure_namespace(spark, cfg, cfg.silver.namespace)
-    changes = changes.persist()
-    try:
-        result.changes = changes.count()
-        rows = changes.where(F.col("op") != "truncate")
-        trunc = changes.where(F.col("op") == "truncate").agg(F.max(F.struct(*_ORDER)).alias("o")).first()["o"]
-        if trunc is not None:
-            result.truncated = True
-            trunc = tuple(trunc)[:3]
-            record_truncate(spark, cfg, st, trunc)
-            if _table_exists(spark, name):
-                pos = ", ".join(f"CAST({int(x)} AS DECIMAL(38,0))" for x in trunc[0])
-                spark.sql(f"DELETE FROM {name} WHERE struct(_cdc_position, _cdc_kafka_partition, _cdc_kafka_offset) < "
-                          f"named_struct('_cdc_position', array({pos}), '_cdc_kafka_partition', CAST({int(trunc[1])} AS INT), "
-                          f"'_cdc_kafka_offset', CAST({int(trunc[2])} AS BIGINT))")
-        last_truncate = stored_truncate(spark, cfg, st)  # this batch's or an earlier batch's
-        if last_truncate is not None:
-            at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("source_position"),
-                          F.lit(last_truncate[1]).cast("int").alias("kafka_partition"),
-                          F.lit(last_truncate[2]).cast("bigint").alias("kafka_offset"))
-            rows = rows.where(F.struct(*_ORDER[:3]) > at)
-        if not rows.take(1):
-            return result
-        pk, types = batch_schema(rows)
-        types = ensure_silver_table(spark, cfg, name, pk, types, result)
-        src = collapse(rows, pk)
-        hard = cfg.silver.delete_mode == "hard"
-        if hard:
-            src = without_tombstoned(spark, cfg, st, src, len(pk))
-        src = src.persist()
-        try:
-            counts = {r["_op"]: r["n"] for r in src.groupBy("_op").agg(F.count("*").alias("n")).collect()}
-            result.upserts, result.deletes = int(counts.get("upsert", 0)), int(counts.get("delete", 0))
-            view = "_cdc_merge_source"
-            src.createOrReplaceTempView(view)
-            spark.sql(merge_sql(cfg, name, view, pk, types))
-            if hard:
-                record_tombstones(spark, cfg, st, view, len(pk))
-            if history_from is not None:
-                from cdclake.history import apply_history
+    changes = materialize(changes)
+    result.changes = changes.count()
+    rows = changes.where(F.col("op") != "truncate")
+    trunc = changes.where(F.col("op") == "truncate").agg(F.max(F.struct(*_ORDER)).alias("o")).first()["o"]
+    if trunc is not None:
+        result.truncated = True
+        trunc = tuple(trunc)[:3]
+        record_truncate(spark, cfg, st, trunc)
+        if _table_exists(spark, name):
+            pos = ", ".join(f"CAST({int(x)} AS DECIMAL(38,0))" for x in trunc[0])
+            spark.sql(f"DELETE FROM {name} WHERE struct(_cdc_position, _cdc_kafka_partition, _cdc_kafka_offset) < "
+                      f"named_struct('_cdc_position', array({pos}), '_cdc_kafka_partition', CAST({int(trunc[1])} AS INT), "
+                      f"'_cdc_kafka_offset', CAST({int(trunc[2])} AS BIGINT))")
+    last_truncate = stored_truncate(spark, cfg, st)  # this batch's or an earlier batch's
+    if last_truncate is not None:
+        at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("source_position"),
+                      F.lit(last_truncate[1]).cast("int").alias("kafka_partition"),
+                      F.lit(last_truncate[2]).cast("bigint").alias("kafka_offset"))
+        rows = rows.where(F.struct(*_ORDER[:3]) > at)
+    if not rows.take(1):
+        return result
+    pk, types = batch_schema(rows)
+    types = ensure_silver_table(spark, cfg, name, pk, types, result)
+    hard = cfg.silver.delete_mode == "hard"
+    keyed = keyed_rows(rows, pk)
+    if hard:
+        keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
+    keyed = materialize(carry_over(spark, name, materialize(keyed), pk, types))
+    src = collapse(keyed, len(pk)).where(~F.col("_tomb"))
+    if last_truncate is not None:  # a truncate is a reset of every key
+        at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("p"),
+                      F.lit(last_truncate[1]).cast("int").alias("kp"),
+                      F.lit(last_truncate[2]).cast("bigint").alias("ko"))
+        src = src.withColumn("_reset", F.greatest(F.col("_reset"), at))
+    src = materialize(src)
+    counts = {r["_op"]: r["n"] for r in src.groupBy("_op").agg(F.count("*").alias("n")).collect()}
+    result.upserts, result.deletes = int(counts.get("upsert", 0)), int(counts.get("delete", 0))
+    view = "_cdc_merge_source"
+    src.createOrReplaceTempView(view)
+    spark.sql(merge_sql(cfg, name, view, pk, types))
+    if hard:
+        record_tombstones(spark, cfg, st, view, len(pk))
+    if history_from is not None:
+        from cdclake.history import apply_history
 
-                result.history_versions = apply_history(spark, cfg, st.silver_name, rows, history_from, pk, types, result)
-        finally:
-            src.unpersist()
-    finally:
-        changes.unpersist()
+        result.history_versions = apply_history(spark, cfg, st.silver_name, rows, history_from, pk, types, result)
     log.info("silver %s: %d changes -> %d keys upserted, %d deleted%s", name, result.changes, result.upserts,
              result.deletes, " (truncated)" if result.truncated else "")
     return result
@@ -452,8 +658,8 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
         try:
             results.append(apply_table(spark, cfg, st, bronze.where(same), history_from))
         except Exception as exc:
-            log.error("silver table for %s (topics %s) failed: %s", st, st_topics, exc)
-            errors.append(f"{st} -> {st.silver_name}: {exc}".splitlines()[0])
+            log.error("silver table for %s (topics %s) failed: %s", st, st_topics, describe(exc), exc_info=True)
+            errors.append(f"{st} -> {st.silver_name}: {describe(exc)}")
     if errors:
         raise SilverError(f"{len(errors)} table(s) not merged: " + "; ".join(errors))
     return results

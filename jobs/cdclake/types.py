@@ -91,19 +91,33 @@ def spark_type(ctype: str) -> str:
     return "int" if ctype == "smallint" else ctype
 
 
+#: Spark SQL templates per silver type: (canonical text -> typed value, typed value -> text).
+_SQL_CONVERSIONS = {
+    "string": ("{}", "{}"),
+    "binary": ("unbase64({})", "base64({})"),
+    "timestamp": ("to_timestamp({})", "date_format({}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"),
+}
+
+
 def sql_cast(expr: str, ctype: str) -> str:
     """Spark SQL expression turning the canonical text ``expr`` into the silver type ``ctype``.
 
     This is the one conversion table from bronze text to typed silver values.
     """
     st = spark_type(ctype)
-    if st == "string":
-        return expr
-    if st == "binary":
-        return f"unbase64({expr})"
-    if st == "timestamp":
-        return f"to_timestamp({expr})"
-    return f"CAST({expr} AS {st})"
+    template = _SQL_CONVERSIONS.get(st, (f"CAST({{}} AS {st})", ""))[0]
+    return template.format(expr)
+
+
+def sql_text(expr: str, ctype: str) -> str:
+    """Spark SQL expression turning a typed silver value back into text that :func:`sql_cast` reads.
+
+    The inverse of :func:`sql_cast` (``sql_cast(sql_text(x, t), t) == x``), used where silver
+    values meet bronze images again (a key change carrying the old row's columns over).
+    Timestamps are written in the session time zone, which the pipeline sets to UTC.
+    """
+    template = _SQL_CONVERSIONS.get(spark_type(ctype), ("", "CAST({} AS STRING)"))[1]
+    return template.format(expr)
 
 
 def widen(old: str, new: str) -> Optional[str]:
