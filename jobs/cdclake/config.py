@@ -120,9 +120,14 @@ class SilverConfig(_Model):
     ``<namespace>_tombstones.<table>`` for ``tombstone_retention_hours`` of source time, so that
     late or re-run older changes cannot bring a deleted row back; ``soft`` keeps deleted rows with
     ``_cdc_deleted = true``.
+
+    ``complete_transactions``: apply a transaction's changes only once the whole transaction has
+    landed, where the format marks transaction boundaries (Qlik ``transactionLastEvent``,
+    SharePlex ``idx``/``size``, DTS ``COMMIT``; see :mod:`cdclake.transactions`).
     """
 
     namespace: str = "silver"
+    complete_transactions: bool = False
     delete_mode: Literal["hard", "soft"] = "hard"
     tombstone_retention_hours: int = Field(24 * 7, ge=1)
     buckets: int = Field(8, ge=1)

@@ -39,10 +39,10 @@ BRONZE_SCHEMA = (
     "source_format string, source_database string, source_schema string, source_table string, op string, "
     "before map<string,string>, after map<string,string>, primary_key array<string>, "
     "column_types map<string,string>, source_position array<decimal(38,0)>, source_ts_ms bigint, "
-    "tx_id string, tx_seq bigint, row_in_record int, " + KAFKA_COLS)
+    "tx_id string, tx_seq bigint, row_in_record int, " + KAFKA_COLS + ", tx_last boolean, tx_size bigint")
 QUARANTINE_SCHEMA = KAFKA_COLS + ", source_format string, reason string, key binary, value binary, quarantined_at timestamp"
 CONTROL_SCHEMA = (KAFKA_COLS + ", source_format string, kind string, source_database string, source_schema string, "
-                  "source_table string, detail string")
+                  "source_table string, detail string, tx_id string, tx_end boolean")
 _TABLES = ((BRONZE_TABLE, BRONZE_SCHEMA), (QUARANTINE_TABLE, QUARANTINE_SCHEMA), (CONTROL_TABLE, CONTROL_SCHEMA))
 REGISTRY_SCHEMA = ("source_format string, schema_id string, table_version int, source_schema string, "
                    "source_table string, definition string, kafka_topic string, kafka_partition int, "
@@ -55,6 +55,11 @@ def ensure_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
     for name, schema in _TABLES:
         spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, name)} ({schema}) USING iceberg "
                   "PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2')")
+        have = set(spark.table(qualified(cfg, name)).columns)
+        for col in schema.split(", "):  # tables made by an earlier version lack newer columns
+            col_name, col_type = col.split(" ", 1)
+            if col_name not in have:
+                spark.sql(f"ALTER TABLE {qualified(cfg, name)} ADD COLUMN {col_name} {col_type}")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, REGISTRY_TABLE)} ({REGISTRY_SCHEMA}) USING iceberg "
               "PARTITIONED BY (source_format) TBLPROPERTIES ('format-version'='2')")
 
@@ -135,7 +140,7 @@ def classify(parser, rows: Iterable) -> Iterator[tuple]:
             result = parser.parse(rec)
             if isinstance(result, ControlRecord):
                 yield "control", kcols + (fmt, result.kind, result.source_database, result.source_schema,
-                                          result.source_table, result.detail)
+                                          result.source_table, result.detail, result.tx_id, result.tx_end)
                 continue
             for c in result:
                 check_change(c)
@@ -148,7 +153,7 @@ def classify(parser, rows: Iterable) -> Iterator[tuple]:
                                          dt.datetime.now(dt.timezone.utc))
             continue
         if not out:
-            yield "control", kcols + (fmt, "empty", None, None, None, "record carried no row change")
+            yield "control", kcols + (fmt, "empty", None, None, None, "record carried no row change", None, None)
         for row in out:
             yield "change", row
 
@@ -169,7 +174,8 @@ def bronze_row(c: ChangeRecord, kcols: tuple) -> tuple:
     """A staged bronze row tuple (column order of ``_STAGED_SCHEMA``: maps as key/value arrays)."""
     return (c.source_format, c.source_database, c.source_schema, c.source_table, c.op, *_pairs(c.before),
             *_pairs(c.after), list(c.primary_key), *_pairs(dict(c.column_types)),
-            [Decimal(x) for x in c.source_position], c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record) + kcols
+            [Decimal(x) for x in c.source_position], c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record) + kcols + (
+                c.tx_last, c.tx_size)
 
 
 def _bronze_frame(spark: "SparkSession", rows) -> "DataFrame":

@@ -60,6 +60,10 @@ class ChangeRecord:
     - ``source_ts_ms`` [bigint]: source commit time in ms since the epoch, UTC.
     - ``tx_id`` [string], ``tx_seq`` [bigint]: transaction id and order inside it, where known.
     - ``row_in_record`` [int]: index of this row inside a multi-row Kafka record (Canal ``data``).
+    - ``tx_last`` [boolean]: this is the last change of its transaction (Qlik
+      ``transactionLastEvent``); None where the format does not say.
+    - ``tx_size`` [bigint]: the number of changes in the transaction (SharePlex ``meta.size`` or
+      ``idx``); None where the format does not say.
     """
 
     source_format: str
@@ -76,13 +80,17 @@ class ChangeRecord:
     tx_id: Optional[str] = None
     tx_seq: Optional[int] = None
     row_in_record: int = 0
+    tx_last: Optional[bool] = None
+    tx_size: Optional[int] = None
 
 
 @dataclass
 class ControlRecord:
     """A record that is recognised but is not a row change (DDL, tombstone, heartbeat ...).
 
-    ``kind`` is one of :data:`CONTROL_KINDS`; ``detail`` is free text (e.g. the DDL statement).
+    ``kind`` is one of :data:`CONTROL_KINDS`; ``detail`` is free text (e.g. the DDL statement);
+    ``tx_id`` the transaction a ``transaction`` marker belongs to, and ``tx_end`` whether it
+    ends the transaction with a commit (DTS ``COMMIT``: true; ``BEGIN``: false).
     """
 
     kind: str
@@ -91,6 +99,8 @@ class ControlRecord:
     source_schema: Optional[str] = None
     source_table: Optional[str] = None
     detail: Optional[str] = None
+    tx_id: Optional[str] = None
+    tx_end: Optional[bool] = None
 
 
 ParseResult = Union[list[ChangeRecord], ControlRecord]

@@ -649,7 +649,12 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     prefixes = {s.topic: s.table_prefix for s in cfg.sources}
     with_history = {s.topic for s in cfg.sources if s.history}
     every = spark.table(qualified(cfg, BRONZE_TABLE))
-    bronze = every.where(window_filter(window, topics))
+    if cfg.silver.complete_transactions:
+        from cdclake.transactions import complete_changes
+
+        bronze, _held = complete_changes(spark, cfg, every, window, topics)
+    else:
+        bronze = every.where(window_filter(window, topics))
     results, errors = [], []
     for st, st_topics in source_tables(bronze, prefixes):
         same = (F.col("source_database").eqNullSafe(F.lit(st.database)) & F.col("source_schema").eqNullSafe(F.lit(st.schema))

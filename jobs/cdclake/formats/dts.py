@@ -753,10 +753,13 @@ class DtsAvroParser:
         if kind == "ddl":
             detail = next((img for img in (msg.get("afterImages"), msg.get("beforeImages")) if isinstance(img, str)),
                           None)
-        else:
-            txid = (msg.get("sourceTxid") or "").strip()
-            detail = operation if txid in ("", "0") else f"{operation} {txid}"
-        return ControlRecord(kind, FORMAT, database, schema, table, detail=detail)
+            return ControlRecord(kind, FORMAT, database, schema, table, detail=detail)
+        txid = (msg.get("sourceTxid") or "").strip()
+        detail = operation if txid in ("", "0") else f"{operation} {txid}"
+        if kind != "transaction" or txid in ("", "0"):
+            return ControlRecord(kind, FORMAT, database, schema, table, detail=detail)
+        return ControlRecord(kind, FORMAT, database, schema, table, detail=detail, tx_id=txid,
+                             tx_end=operation == "COMMIT")
 
     @staticmethod
     def _image(msg: dict, image_field: str, names: list, numbers: list, source: SourceInfo,

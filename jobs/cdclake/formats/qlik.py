@@ -56,7 +56,7 @@ Data semantics:
   meanwhile and sends those afterwards, so every CDC change of a row is at least as new as its
   full-load image and must sort after it; full-load rows tie with each other and keep Kafka order.
 - ``headers.timestamp`` (UTC text) → ``source_ts_ms``; ``transactionId`` → ``tx_id``;
-  ``transactionEventCounter`` → ``tx_seq``; ``transactionLastEvent`` via :meth:`read_transaction`.
+  ``transactionEventCounter`` → ``tx_seq``; ``transactionLastEvent`` → ``tx_last``.
 - ``columnMask`` / ``changeMask`` (:func:`mask_ordinals`): hexadecimal digits (Avro: bytes), a
   little-endian bitmask: byte ``k`` of the mask (hex digits ``2k``, ``2k+1``) holds bits
   ``8k``..``8k+7``, least significant bit first, and bit ``i`` is the column of ordinal ``i + 1``
@@ -636,6 +636,10 @@ class _QlikParser(abc.ABC):
             tx_id = str(tx_id)
         tx_seq = _opt_int(fmt, headers.get("transactionEventCounter"), "headers.transactionEventCounter", None)
         try:
+            tx_last = transaction_last_event(headers)
+        except ValueError as exc:
+            raise ParseError(fmt, str(exc), "headers.transactionLastEvent") from None
+        try:
             present = table.columns_in(headers.get("columnMask"))
         except ValueError as exc:
             raise ParseError(fmt, str(exc), "headers.columnMask") from None
@@ -693,7 +697,7 @@ class _QlikParser(abc.ABC):
         return ChangeRecord(
             source_format=fmt, source_database=None, source_schema=table.schema, source_table=table.table,
             op=op, before=before, after=after, primary_key=primary_key, column_types=types,
-            source_position=position, source_ts_ms=ts_ms, tx_id=tx_id or None, tx_seq=tx_seq)
+            source_position=position, source_ts_ms=ts_ms, tx_id=tx_id or None, tx_seq=tx_seq, tx_last=tx_last)
 
     def _timestamp_ms(self, value: Any) -> Optional[int]:
         if value is None or value == "":

@@ -18,8 +18,8 @@ field              read as
 ``meta.scn``       the commit SCN, a decimal string (any size below 10**38) → position element 1
 ``meta.seq``       the operation's sequence number in its transaction (from 1) → position element
                    2 and ``tx_seq``; taken from ``meta.idx`` when absent
-``meta.size``,     the transaction's operation count; ``idx`` is ``seq/size``. Not a bronze column:
-``meta.idx``       read it with :func:`meta_idx` / :meth:`ShareplexJsonParser.transaction_size`
+``meta.size``,     the transaction's operation count; ``idx`` is ``seq/size`` → ``tx_size`` (silver's
+``meta.idx``       ``complete_transactions`` option counts a transaction's changes against it)
 ``meta.trans``     the transaction id → ``tx_id``
 ``meta.time``      the commit time, UTC, ``yyyy-MM-ddTHH:mm:ss`` with optional ``Z`` (fractions and
                    offsets accepted) → ``source_ts_ms``
@@ -289,7 +289,7 @@ class ShareplexJsonParser:
             before = key_delete_image(FORMAT, primary_key, {**(key_image or {}), **data},  # type: ignore[dict-item]
                                       kafka_key_text, "data", _DELETE_HINT)
 
-        seq, _size = meta_idx(meta)
+        seq, size = meta_idx(meta)
         trans = meta.get("trans")
         return ChangeRecord(
             source_format=FORMAT,
@@ -305,4 +305,5 @@ class ShareplexJsonParser:
             source_ts_ms=commit_ms(meta),
             tx_id=None if trans is None else str(trans),
             tx_seq=seq,
+            tx_size=size,
         )
