@@ -1,6 +1,7 @@
 # Batch CDC lakehouse pipeline: Kafka -> raw -> bronze -> Iceberg silver, on Airflow and Spark.
 #   make demo   - fresh machine to a finished demo run (venv, broker, catalog, Airflow DAG run, checks)
 #   make test   - the test suite (real broker, real Iceberg catalog, real Spark, real Airflow)
+#   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -10,7 +11,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo test airflow airflow-stop stack stack-down lock clean
+.PHONY: all deps venv demo test bench airflow airflow-stop stack stack-down lock clean
 
 all: test
 
@@ -40,6 +41,17 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest tests -q -p no:cacheprovider
+
+# PyFlink, the benchmark's peer, pins packages the pipeline does not use: it gets its own venv.
+FLINK_VENV := .venv-flink
+$(FLINK_VENV)/.installed: bench/requirements-flink.txt
+	test -x $(FLINK_VENV)/bin/python || $(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/python -m pip install -q --require-hashes -r bench/requirements-flink.txt
+	touch $@
+
+BENCH_ARGS ?=
+bench: venv $(FLINK_VENV)/.installed
+	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.run $(BENCH_ARGS)
 
 # Airflow UI on http://127.0.0.1:8080 with the pipelines' DAGs (user admin, password printed).
 airflow: stack

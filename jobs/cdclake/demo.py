@@ -15,6 +15,8 @@ import datetime as dt
 import shutil
 import sys
 import time
+from pathlib import Path
+from typing import Optional
 
 from cdclake import embedded
 from cdclake.config import REPO_ROOT, load_pipeline, state_dir
@@ -31,9 +33,11 @@ LINDORM_EXPECTED = {
 }
 
 
-def reset_lake() -> None:
-    state = state_dir()
-    for name in ("catalog.db", "warehouse", "data_docs"):
+def reset_lake(state: Optional[Path] = None, extra: tuple[str, ...] = ()) -> None:
+    """Delete the catalog, warehouse and Data Docs under ``state`` (default the state directory),
+    and the files or directories named in ``extra``, and stop the embedded broker."""
+    state = state or state_dir()
+    for name in ("catalog.db", "warehouse", "data_docs", *extra):
         p = state / name
         if p.is_dir():
             shutil.rmtree(p)

@@ -1,0 +1,302 @@
+"""The measured work: the pipeline's stages and gates per format, Spark's ``from_json``, checks, exports.
+
+Every stage is the library call the DAG's spark-submit job makes (``jobs/land.py`` →
+:func:`cdclake.land.land`, ``jobs/normalize.py`` → :func:`cdclake.normalize.normalize`,
+``jobs/silver.py`` → :func:`cdclake.silver.build_silver`, each ``(spark, cfg, window)``), and
+every gate is :func:`cdclake.gates.run_gate` (what the DAG's ``GateOperator`` runs), for a window
+of one hour narrowed to one topic. The jobs start one JVM per stage; here one warm Spark session
+runs them all (its start-up is measured apart).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+from bench.sampler import RssSampler
+
+log = logging.getLogger("bench")
+STAGES = ("land", "normalize", "silver")
+HOUR = dt.timedelta(hours=1)
+
+
+def topic_of(tag: str, warm: bool = False) -> str:
+    return f"{'warm' if warm else 'bench'}.{tag}"
+
+
+def prefix_of(tag: str, warm: bool = False) -> str:
+    return f"{'warm_' if warm else ''}{tag}_"
+
+
+def write_pipeline(state: Path, bootstrap: str, tags: list[str], driver_memory: str, master: str = "local[2]",
+                   spark_conf: Optional[dict] = None) -> Path:
+    """The benchmark's pipeline file in ``state``: a measured and a warm-up topic per format."""
+    from cdclake.sim.wire import WIRE_FORMATS
+
+    by_tag = {wf.tag: wf for wf in WIRE_FORMATS}
+    sources = []
+    for warm in (False, True):
+        for tag in tags:
+            wf = by_tag[tag]
+            sources.append({"topic": topic_of(tag, warm), "format": wf.format, "table_prefix": prefix_of(tag, warm),
+                            **json.loads(json.dumps(wf.options))})
+    doc = {
+        "kafka": {"bootstrap_servers": bootstrap, "timeout_s": 30},
+        "catalog": {"name": "lake", "uri": f"jdbc:sqlite:{state / 'catalog.db'}", "warehouse": f"file://{state / 'warehouse'}"},
+        "sources": sources,
+        "silver": {"namespace": "silver", "delete_mode": "hard", "write_mode": "merge-on-read"},
+        "gates": {"data_docs_dir": str(state / "data_docs")},
+        # A fresh Python worker per task: the DAG runs every stage in its own JVM, here one session runs
+        # them all, and reused workers would carry one stage's memory (normalize buffers a whole
+        # partition) into the next stage's figures. Forking a worker costs milliseconds; tasks here
+        # are few and long.
+        "spark": {"master": master, "driver_memory": driver_memory,
+                  "conf": {"spark.python.worker.reuse": "false", **(spark_conf or {})}},
+        "airflow": {"schedule": None},
+    }
+    path = state / "bench.yaml"
+    path.write_text("# written by bench/run.py for one benchmark run\n" + yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def figures(span, events: int, **extra) -> dict:
+    import os
+
+    wall = span.wall_s
+    out = {"wall_s": round(wall, 2), "events": events, "events_per_s": round(events / wall) if wall > 0 else None,
+           "load_1m_at_end": round(os.getloadavg()[0], 2)}
+    out.update(span.as_dict())
+    out.update(extra)
+    return out
+
+
+def run_format(spark, cfg, sampler: RssSampler, tag: str, start: dt.datetime, events: int, warm: bool = False,
+               gates: bool = True, after_land: Optional[Callable[[], None]] = None) -> dict:
+    """Land, normalize and silver one format's topic for the hour at ``start``, each followed by its gate.
+
+    Returns ``{"stages": {stage or stage_gate: figures}, "e2e": figures, "counts": {...}}``; a failing
+    stage stops the format (``error``), a failing gate is recorded (``gate_failures``) and the run goes on.
+    ``after_land`` runs once the land gate has read Kafka (the caller deletes the topic there, so that
+    the embedded broker's memory is free for the later stages).
+    """
+    from cdclake.gates import GateFailed, run_gate
+    from cdclake.land import land
+    from cdclake.normalize import normalize
+    from cdclake.silver import build_silver
+    from cdclake.window import Window
+
+    topic = topic_of(tag, warm)
+    window = Window(start, start + HOUR, (topic,))
+    fns = {"land": land, "normalize": normalize, "silver": build_silver}
+    out: dict = {"topic": topic, "window": str(window), "stages": {}, "counts": {}}
+    label = f"{'warm/' if warm else ''}{tag}"
+    with sampler.span(f"{label}/e2e") as e2e:
+        for stage in STAGES:
+            log.info("%s: %s", label, stage)
+            release_memory(spark)
+            with sampler.span(f"{label}/{stage}") as s:
+                try:
+                    result = fns[stage](spark, cfg, window)
+                except Exception as exc:
+                    out["error"] = f"{stage}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    log.error("%s %s failed\n%s", label, stage, traceback.format_exc())
+                    result = None
+            if result is None:
+                break
+            out["stages"][stage] = figures(s, events)
+            out["counts"][stage] = _counts(stage, result, topic)
+            if gates:
+                with sampler.span(f"{label}/{stage}_gate") as g:
+                    try:
+                        run_gate(stage, cfg, window)
+                        failure = None
+                    except GateFailed as exc:
+                        failure = str(exc)
+                    except Exception as exc:
+                        failure = f"{type(exc).__name__}: {exc}"
+                out["stages"][f"{stage}_gate"] = figures(g, events, passed=failure is None)
+                if failure:
+                    out.setdefault("gate_failures", []).append(failure[:2000])
+                    log.error("%s %s gate: %s", label, stage, failure[:2000])
+            if stage == "land" and after_land is not None:
+                after_land()
+    out["e2e"] = figures(e2e, events, complete="error" not in out)
+    return out
+
+
+def release_memory(spark) -> None:
+    """A full GC in the JVM (G1 then gives unused heap back) and in Python, before a measured stage.
+
+    The DAG runs each stage in its own JVM; here one JVM runs them all, and without this a stage's
+    peak RSS would include the heap the previous stages left committed.
+    """
+    import gc
+
+    gc.collect()
+    try:
+        spark.sparkContext._jvm.java.lang.System.gc()
+    except Exception:
+        pass
+    time.sleep(0.5)
+
+
+def _counts(stage: str, result, topic: str) -> dict:
+    if stage == "land":
+        return {"raw_records": int(result.get(topic, 0))}
+    if stage == "normalize":
+        return dict(result.get(topic, {}))
+    return {"tables": len(result), "changes": sum(r.changes for r in result), "upserts": sum(r.upserts for r in result),
+            "deletes": sum(r.deletes for r in result)}
+
+
+# ---------------------------------------------------------------------------------------------
+# checks and exports (not measured)
+
+
+def silver_names(cfg, tag: str, tables: list[str], warm: bool = False) -> dict[str, Optional[str]]:
+    """``{source table: silver table name}`` of a format's topic (names as the demo finds them)."""
+    from cdclake.catalog import pyiceberg_catalog
+
+    cat = pyiceberg_catalog(cfg.catalog)
+    names = [i[-1] for i in cat.list_tables(cfg.silver.namespace)]
+    prefix = prefix_of(tag, warm)
+    out = {}
+    for t in tables:
+        found = [n for n in names if n.startswith(prefix) and n.endswith(f"__{t}")]
+        out[t] = found[0] if len(found) == 1 else None
+    return out
+
+
+def compare_to_expected(rows, schema: dict, expected_file: Path) -> dict:
+    """Compare rows (dicts of Python values) with one table of the source's final state.
+
+    ``expected_file`` is an ``expected/<table>.jsonl`` of :mod:`bench.data` (canonical texts);
+    ``rows`` are made canonical with :func:`cdclake.types.to_text` by the column types of
+    ``schema`` (``{"columns", "primary_key"}``). Returns ``{"ok", "rows", "expected", "missing",
+    "extra", "different", "examples"}``.
+    """
+    import datetime as _dt
+
+    from cdclake.types import to_text
+
+    cols, pk = schema["columns"], schema["primary_key"]
+    expected = {}
+    with open(expected_file, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            expected[tuple(row[k] for k in pk)] = row
+    got = {}
+    for r in rows:
+        text = {c: to_text(v.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+                           if isinstance(v, _dt.datetime) and v.tzinfo else v, cols[c]) for c, v in r.items() if c in cols}
+        got[tuple(text.get(k) for k in pk)] = text
+    different = sorted((k for k in set(got) & set(expected) if any(got[k].get(c) != expected[k][c] for c in cols)),
+                       key=str)
+    out = {"rows": len(got), "expected": len(expected), "missing": len(set(expected) - set(got)),
+           "extra": len(set(got) - set(expected)), "different": len(different),
+           "examples": [f"key {k}: " + ", ".join(f"{c} expected {expected[k][c]!r} got {got[k].get(c)!r}"
+                                                 for c in cols if got[k].get(c) != expected[k][c])
+                        for k in different[:3]]}
+    out["ok"] = not (out["missing"] or out["extra"] or out["different"])
+    return out
+
+
+def verify(cfg, tag: str, tables: dict, expected_dir: Path) -> dict:
+    """Compare every silver table of ``tag`` with the source's final state, value by value.
+
+    Returns ``{"ok": bool, "tables": {table: compare_to_expected(...)}}`` (``"silver table
+    missing"`` for a table not found).
+    """
+    from cdclake.catalog import pyiceberg_catalog
+
+    cat = pyiceberg_catalog(cfg.catalog)
+    names = silver_names(cfg, tag, list(tables))
+    out: dict = {"ok": True, "tables": {}}
+    for t, schema in tables.items():
+        if names[t] is None:
+            entry = {"ok": False, "error": "silver table missing"}
+        else:
+            scan = cat.load_table((cfg.silver.namespace, names[t])).scan(selected_fields=tuple(schema["columns"]))
+            entry = compare_to_expected(scan.to_arrow().to_pylist(), schema, expected_dir / f"{t}.jsonl")
+        out["ok"] &= entry["ok"]
+        out["tables"][t] = entry
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark's own from_json, for comparison with normalize
+
+_DBZ_ROW = ("struct<id:bigint,name:string,email:string,balance:string,created_at:bigint,birth_date:int,"
+            "price:string,weight:double,stock:int,code:string,customer_id:bigint,product_id:int,quantity:int,"
+            "status:string,amount:string,ordered_at:bigint,note:string>")
+_DBZ_PAYLOAD = (
+    f"struct<before:{_DBZ_ROW},after:{_DBZ_ROW},"
+    "source:struct<version:string,connector:string,name:string,ts_ms:bigint,snapshot:string,db:string,"
+    "table:string,server_id:bigint,gtid:string,file:string,pos:bigint,row:int,thread:bigint,query:string>,"
+    "op:string,ts_ms:bigint,transaction:struct<id:string,total_order:bigint,data_collection_order:bigint>>")
+
+
+def from_json_columns(values, enveloped: bool):
+    """Debezium JSON values (a binary/string column ``value``) parsed by ``from_json`` into flat columns.
+
+    The three shop tables' columns are one struct (a column a table lacks is null); Connect
+    decimals stay Base64 text and times epoch numbers, as in the message.
+    """
+    from pyspark.sql import functions as F
+
+    schema = f"struct<payload:{_DBZ_PAYLOAD}>" if enveloped else _DBZ_PAYLOAD
+    parsed = values.select(F.from_json(F.col("value").cast("string"), schema).alias("m"))
+    p = "m.payload" if enveloped else "m"
+    row_cols = [c.split(":")[0] for c in _DBZ_ROW[len("struct<"):-1].split(",")]
+    return parsed.select(
+        F.col(f"{p}.op").alias("op"), F.col(f"{p}.ts_ms").alias("ts_ms"),
+        *[F.col(f"{p}.source.{c}").alias(f"source_{c}") for c in ("db", "table", "ts_ms", "gtid", "file", "pos", "row")],
+        F.col(f"{p}.transaction.id").alias("tx_id"), F.col(f"{p}.transaction.total_order").alias("tx_seq"),
+        *[F.col(f"{p}.before.{c}").alias(f"before_{c}") for c in row_cols],
+        *[F.col(f"{p}.after.{c}").alias(f"after_{c}") for c in row_cols])
+
+
+def run_from_json(spark, cfg, sampler: RssSampler, start: dt.datetime, work: Path,
+                  payload_dir: Optional[Path], warm: bool = False, parts: int = 4) -> dict:
+    """Time ``from_json`` into columns, written to Parquet, on Debezium messages read from Parquet.
+
+    ``pipeline``: the very values normalize read (the raw table's non-null values of the Debezium
+    topic's hour, Connect schema envelope included), first copied (not timed) into ``parts``
+    Parquet files, so that both cores work: the raw table holds the hour in one file, which Spark
+    reads in one task. ``payload_only``: the same history rendered without the envelope
+    (``debezium_json(..., with_schema=False)``, the ~600-byte shape), four Parquet files.
+    """
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    from cdclake.catalog import RAW_TABLE, qualified
+    from cdclake.land import window_filter
+    from cdclake.window import Window
+
+    topic = topic_of("dbz", warm)
+    window = Window(start, start + HOUR, (topic,))
+    copy = work / "in_pipeline"
+    (spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, [topic])).where(F.col("value").isNotNull())
+     .select("value").repartition(parts).write.mode("overwrite").parquet(str(copy)))
+    inputs = {"pipeline": (copy, True)}
+    if payload_dir is not None and payload_dir.exists():
+        inputs["payload_only"] = (payload_dir, False)
+    out: dict = {}
+    for name, (path, enveloped) in inputs.items():
+        values = spark.read.parquet(str(path)).select("value")
+        n = values.count()
+        avg = values.select(F.avg(F.length("value"))).first()[0] or 0
+        target = work / f"out_{name}"
+        with sampler.span(f"from_json/{name}") as s:
+            from_json_columns(values, enveloped).write.mode("overwrite").parquet(str(target))
+        out[name] = figures(s, n, mean_message_bytes=round(avg), input_tasks=values.rdd.getNumPartitions())
+        shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(copy, ignore_errors=True)
+    return out

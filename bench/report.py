@@ -1,0 +1,167 @@
+"""Results of a benchmark run: the machine description, the JSON file and the chart."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+NORMALIZE_TARGET = 80_000  # Debezium JSON events/s, the figure of Spark's from_json on 570-byte messages
+STAGE_ORDER = ("land", "normalize", "silver", "e2e")
+
+
+def machine() -> dict:
+    """CPU model, cores, RAM, OS, Java/Python/Spark/Iceberg versions."""
+    import psutil
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    out = {
+        "cpu_model": cpu, "cores": os.cpu_count(), "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(), "python": platform.python_version(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr
+        out["java"] = java.splitlines()[0] if java else None
+    except (OSError, subprocess.SubprocessError):
+        out["java"] = None
+    for mod, key in (("pyspark", "spark"), ("pyiceberg", "pyiceberg"), ("confluent_kafka", "confluent_kafka"),
+                     ("great_expectations", "great_expectations"), ("pyarrow", "pyarrow")):
+        try:
+            m = __import__(mod)
+            out[key] = m.version()[0] if mod == "confluent_kafka" else m.__version__
+        except Exception:
+            out[key] = None
+    try:
+        from cdclake.catalog import iceberg_jar
+
+        m = re.search(r"runtime-[\d.]+_[\d.]+-([\d.]+)\.jar$", iceberg_jar().name)
+        out["iceberg_spark_runtime"] = m.group(1) if m else iceberg_jar().name
+    except Exception:
+        out["iceberg_spark_runtime"] = None
+    return out
+
+
+def write_json(results: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
+def chart(results: dict, path: Path) -> Optional[Path]:
+    """Events/s per stage and format, peak RSS per stage and format, merge time against table size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    formats = {t: f for t, f in results.get("formats", {}).items() if f.get("stages")}
+    merge = results.get("merge") or []
+    fig, axes = plt.subplots(3, 1, figsize=(15, 14))
+    ax = axes[0]
+    tags = list(formats)
+    width = 0.8 / len(STAGE_ORDER)
+    for i, stage in enumerate(STAGE_ORDER):
+        vals = [(formats[t]["e2e"] if stage == "e2e" else formats[t]["stages"].get(stage, {})).get("events_per_s") or 0
+                for t in tags]
+        xs = [j + (i - (len(STAGE_ORDER) - 1) / 2) * width for j in range(len(tags))]
+        bars = ax.bar(xs, vals, width, label=stage if stage != "e2e" else "end to end (stages + gates)")
+        for b, v in zip(bars, vals):
+            if v:
+                ax.annotate(f"{v / 1000:.0f}k" if v >= 1000 else f"{v}", (b.get_x() + b.get_width() / 2, v),
+                            ha="center", va="bottom", fontsize=7)
+    fj = results.get("from_json") or {}
+    for name, style in (("pipeline", "--"), ("payload_only", ":")):
+        if fj.get(name, {}).get("events_per_s"):
+            v = fj[name]["events_per_s"]
+            ax.axhline(v, color="grey", linestyle=style, linewidth=1,
+                       label=f"Spark from_json, Debezium {'as landed' if name == 'pipeline' else 'without envelope'} "
+                             f"({fj[name].get('mean_message_bytes')} B): {v / 1000:.0f}k/s")
+    tag_of = {f.get("format"): j for j, f in enumerate(formats.values())}
+    for peer in results.get("peers") or []:
+        eps, fmt = peer.get("events_per_s"), peer.get("format")
+        if peer.get("status") == "ok" and eps and fmt in tag_of:
+            x = tag_of[fmt] + 0.45
+            ax.scatter([x], [eps], marker="*", s=120, zorder=5,
+                       label=f"peer {peer.get('peer') or peer.get('name')} on {fmt}: {eps / 1000:.1f}k/s")
+    ax.axhline(NORMALIZE_TARGET, color="red", linestyle="-.", linewidth=1, label="normalize target (Debezium): 80k/s")
+    ax.set_xticks(range(len(tags)))
+    ax.set_xticklabels([f"{t}\n{formats[t].get('format', '')}" for t in tags], fontsize=8)
+    ax.set_ylabel("source row changes per second")
+    ev = results.get("input", {}).get("events")
+    ax.set_title(f"Throughput per stage, one hour of {ev:,} changes per format (local[2])" if ev else "Throughput per stage")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_yscale("log")
+
+    ax = axes[1]
+    stages = ("land", "land_gate", "normalize", "normalize_gate", "silver", "silver_gate")
+    width = 0.8 / len(stages)
+    for i, stage in enumerate(stages):
+        vals = [formats[t]["stages"].get(stage, {}).get("peak_rss_mb") or 0 for t in tags]
+        xs = [j + (i - (len(stages) - 1) / 2) * width for j in range(len(tags))]
+        ax.bar(xs, [v / 1024 for v in vals], width, label=stage)
+    ax.set_xticks(range(len(tags)))
+    ax.set_xticklabels(tags)
+    ax.set_ylabel("peak RSS, GiB (driver JVM + Python driver + workers)")
+    ax.set_title(f"Peak memory per stage (spark.driver.memory {results.get('config', {}).get('driver_memory')})")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+    ax = axes[2]
+    if merge:
+        for mode, marker in (("copy-on-write", "o"), ("merge-on-read", "s")):
+            pts = sorted((m["rows"], m["wall_s"]) for m in merge if m["write_mode"] == mode)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=mode)
+                for x, y in pts:
+                    ax.annotate(f"{y:.1f}s", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("silver table rows")
+        ax.set_ylabel("seconds (apply_table: collapse + MERGE + tombstones)")
+        ax.set_title(f"Merging the same {merge[0]['batch']:,}-change batch into silver tables of growing size")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.grid(True, which="both", alpha=0.3)
+    else:
+        ax.text(0.5, 0.5, "merge scaling not run", ha="center", va="center")
+        ax.set_axis_off()
+    fig.suptitle(f"cdc-lakehouse benchmark {results.get('date')} - {results.get('machine', {}).get('cpu_model')}, "
+                 f"{results.get('machine', {}).get('cores')} cores", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(results: dict) -> str:
+    """A plain-text summary of the per-stage figures (printed at the end of a run)."""
+    lines = [f"{'format':8} {'stage':16} {'wall s':>8} {'events/s':>10} {'peak RSS MiB':>13}"]
+    for tag, f in results.get("formats", {}).items():
+        for stage, v in list(f.get("stages", {}).items()) + [("e2e", f.get("e2e", {}))]:
+            if v:
+                lines.append(f"{tag:8} {stage:16} {v.get('wall_s', 0):>8.1f} {v.get('events_per_s') or 0:>10,} "
+                             f"{v.get('peak_rss_mb', 0):>13,}")
+        if f.get("error"):
+            lines.append(f"{tag:8} error: {f['error']}")
+    for name, v in (results.get("from_json") or {}).items():
+        if isinstance(v, dict) and "wall_s" in v:
+            lines.append(f"{'from_json':8} {name:16} {v['wall_s']:>8.1f} {v['events_per_s'] or 0:>10,} {v['peak_rss_mb']:>13,}")
+    for m in results.get("merge") or []:
+        lines.append(f"merge {m['rows']:>10,} rows {m['write_mode']:14} {m['wall_s']:>7.1f} s  peak RSS {m['peak_rss_mb']:,} MiB")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # re-draw the chart of a results file: python -m bench.report bench/results/DATE.json
+    src = Path(sys.argv[1])
+    chart(json.loads(src.read_text()), src.with_suffix(".png"))

@@ -1,0 +1,441 @@
+"""The benchmark: one hour of CDC traffic per wire format through land, normalize and silver.
+
+    PYTHONPATH=jobs CDC_STATE_DIR=$PWD/.state/bench .venv/bin/python -m bench.run [--events N] [--formats dbz,canal]
+
+See ``bench/README.md`` for what is measured and how. Outputs ``bench/results/<date>.json`` and
+``bench/results/<date>.png``.
+
+Peers: :func:`run_peer` calls ``bench.peers.<name>.run(input_spec) -> dict`` for every name in
+:data:`PEERS` whose module exists (else the peer is recorded as ``not run``), after the Spark
+session has stopped; the ``input_spec`` dict is described in ``bench/README.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+if __package__ in (None, ""):  # python bench/run.py
+    sys.path.insert(0, str(REPO_ROOT))
+if str(REPO_ROOT / "jobs") not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT / "jobs"))
+
+from bench import data as bdata  # noqa: E402
+from bench.sampler import RssSampler  # noqa: E402
+
+log = logging.getLogger("bench")
+ALL_FORMATS = ("dbz", "canal", "arcion", "cdl", "splex", "qlikj", "qlika", "dts")
+#: Peer module names and the wire formats each is run on (one ``run`` call per format).
+PEERS = {"flink": ("debezium-json", "canal-json"), "pyiceberg_upsert": ("debezium-json",)}
+WARM_START = dt.datetime(2024, 1, 1, 0, tzinfo=dt.timezone.utc)
+MEASURED_START = dt.datetime(2024, 1, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000, help="row changes in the measured hour (default 1,000,000)")
+    p.add_argument("--formats", default=",".join(ALL_FORMATS),
+                   help=f"comma-separated format tags (default all: {','.join(ALL_FORMATS)})")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--warmup-events", type=int, default=5_000,
+                   help="row changes of the warm-up hour run through every format first (0: no warm-up)")
+    p.add_argument("--merge-sizes", default="1000000,10000000", help="silver table sizes for merge scaling ('' to skip)")
+    p.add_argument("--merge-batch", type=int, default=100_000, help="changes in the merge-scaling batch")
+    p.add_argument("--driver-memory", default="6g", help="spark.driver.memory (local[2]: the JVM that runs the tasks)")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--no-gates", action="store_true", help="skip the Great Expectations gates")
+    p.add_argument("--no-from-json", action="store_true", help="skip Spark's from_json reference")
+    p.add_argument("--peers", default=",".join(PEERS), help=f"peers to run (default {','.join(PEERS)}; '' for none)")
+    p.add_argument("--gen-jobs", type=int, default=2, help="processes rendering wire formats (generation only)")
+    p.add_argument("--rss-interval", type=float, default=0.2, help="seconds between RSS samples")
+    p.add_argument("--out", default=str(BENCH_DIR / "results"), help="results directory")
+    p.add_argument("--date", default=None, help="results file name (default: today, YYYY-MM-DD)")
+    p.add_argument("--keep-lake", action="store_true", help="do not reset the bench catalog and warehouse first")
+    args = p.parse_args(argv)
+    args.formats = [t.strip() for t in args.formats.split(",") if t.strip()]
+    unknown = [t for t in args.formats if t not in ALL_FORMATS]
+    if unknown:
+        p.error(f"unknown format tag(s) {unknown}; known: {','.join(ALL_FORMATS)}")
+    args.merge_sizes = [int(x) for x in args.merge_sizes.split(",") if x.strip()]
+    args.peers = [x.strip() for x in args.peers.split(",") if x.strip()]
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# environment
+
+
+def bench_state_dir() -> Path:
+    """``$CDC_STATE_DIR``, default ``<repo>/.state/bench``; never the demo's ``<repo>/.state``."""
+    state = Path(os.environ.get("CDC_STATE_DIR") or REPO_ROOT / ".state" / "bench").resolve()
+    if state == (REPO_ROOT / ".state").resolve():
+        raise SystemExit(f"error: CDC_STATE_DIR={state} is the demo's lake; point it at a bench-only directory "
+                         "such as .state/bench")
+    return state
+
+
+def child_env(state: Path) -> dict:
+    env = dict(os.environ)
+    paths = [str(REPO_ROOT), str(REPO_ROOT / "jobs")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)), CDC_STATE_DIR=str(state), TZ="UTC",
+               SPARK_LOCAL_IP="127.0.0.1")
+    return env
+
+
+def reset_lake(state: Path) -> None:
+    from cdclake.demo import reset_lake as reset
+
+    reset(state, extra=("from_json", "bench.yaml", "stack.env"))
+
+
+def broker_up(state: Path) -> tuple[str, Optional[int]]:
+    """Start the embedded broker and catalog in a child process (the broker is then no child of ours)."""
+    out = subprocess.run([sys.executable, "-m", "cdclake.embedded", "up"], env=child_env(state), cwd=REPO_ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    info = json.loads((state / "broker.json").read_text())
+    return env["CDC_KAFKA_BOOTSTRAP"], info.get("pid")
+
+
+def generate(state: Path, events: int, seed: int, start: dt.datetime, tags: list[str], source: str, jobs: int,
+             export: bool) -> dict:
+    out = state / f"summary-{source}.json"
+    cmd = [sys.executable, "-m", "bench.data", "render", "--events", str(events), "--seed", str(seed),
+           "--start", start.isoformat(), "--formats", ",".join(tags), "--source", source, "--jobs", str(jobs),
+           "--summary-out", str(out)]
+    if export:
+        cmd += ["--export", str(bdata.DATA_DIR)]
+    subprocess.run(cmd, env=child_env(state), cwd=REPO_ROOT, check=True)
+    return json.loads(out.read_text())
+
+
+def in_child(fn, *args):
+    """``fn(*args)`` in a fresh Python process: the harness's own checks stay out of the driver's RSS."""
+    import concurrent.futures
+    import multiprocessing as mp
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        return ex.submit(fn, *args).result()
+
+
+def produce(state: Path, bootstrap: str, topic: str, summary: dict, tag: str) -> dict:
+    cache = Path(summary["cache"])
+    info = summary["formats"][tag]
+    out = subprocess.run([sys.executable, "-m", "bench.data", "produce", "--bootstrap", bootstrap, "--topic", topic,
+                          "--file", str(cache / f"{tag}.bin"), "--partitions", str(info["partitions"])],
+                         env=child_env(state), cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# peers
+
+
+def run_peer(name: str, input_spec: dict, sampler: Optional[RssSampler] = None) -> dict:
+    """Run peer ``bench.peers.<name>``: its ``run(input_spec) -> dict``, timed and memory-sampled.
+
+    Returns the peer's dict with ``name``, ``status`` (``ok`` unless the peer says otherwise) and a
+    ``harness`` entry (wall seconds and peak RSS of this process tree while the peer ran); a peer whose
+    module does not exist or does not import is ``not run``, one that raises is ``failed``.
+    """
+    module = f"bench.peers.{name}"
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return {"name": name, "status": "not run", "reason": f"module {module} not found"}
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:
+        return {"name": name, "status": "not run", "reason": f"import of {module} failed: {type(exc).__name__}: {exc}"}
+    if not callable(getattr(mod, "run", None)):
+        return {"name": name, "status": "not run", "reason": f"{module} has no run(input_spec)"}
+    own = RssSampler() if sampler is None else sampler
+    spec = dict(input_spec, work_dir=str(Path(input_spec["work_dir"]) / name))
+    Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
+    try:
+        with own.span(f"peer/{name}") as s:
+            try:
+                result = mod.run(spec)
+                error = None
+            except Exception as exc:
+                result, error = None, f"{type(exc).__name__}: {exc}"
+                log.error("peer %s failed\n%s", name, traceback.format_exc())
+    finally:
+        if sampler is None:
+            own.close()
+    out = {"name": name, "status": "failed", "error": error} if error else dict(result or {})
+    out.setdefault("name", name)
+    out.setdefault("status", "ok")
+    out["harness"] = {"wall_s": round(s.wall_s, 2), **s.as_dict()}
+    return out
+
+
+def input_spec(cfg, summary: dict, state: Path, tags: list[str]) -> dict:
+    """The input every peer call gets (see ``bench/README.md``); :func:`peer_calls` adds ``format``/``tables``."""
+    from bench.pipeline import silver_names
+    from cdclake.catalog import BRONZE_TABLE
+
+    fmts = {}
+    for tag, fmt in bdata.EXPORTED.items():
+        d = bdata.DATA_DIR / fmt
+        if tag in tags and d.is_dir():
+            info = summary["formats"][tag]
+            fmts[fmt] = {
+                "files": {t: str(d / f"{t}.jsonl") for t in summary["tables"] if (d / f"{t}.jsonl").exists()},
+                "ddl_file": str(d / "_ddl.jsonl") if (d / "_ddl.jsonl").exists() else None,
+                "messages": info.get("exported", {}),
+                "schema_include": fmt == "debezium-json",
+                "topic": f"bench.{tag}", "kafka_partitions": info["partitions"],
+                "silver_tables": {t: (f"{cfg.silver.namespace}.{n}" if n else None)
+                                  for t, n in silver_names(cfg, tag, list(summary["tables"])).items()},
+                "silver": {k: v for k, v in results_of(tag).items()},
+            }
+    cat = cfg.catalog
+    return {
+        "events": summary["events"], "transactions": summary["transactions"],
+        "hour": {"start": MEASURED_START.isoformat(), "end": (MEASURED_START + dt.timedelta(hours=1)).isoformat()},
+        "schemas": summary["tables"],
+        "formats": fmts,
+        "expected": {"format": "jsonl, one row per line, values in cdclake.types canonical text (null = NULL)",
+                     "files": {t: str(bdata.DATA_DIR / "expected" / f"{t}.jsonl") for t in summary["tables"]},
+                     "rows": summary["expected_rows"]},
+        "changes": {"format": "parquet file per table: the table's columns typed as in silver, plus _op "
+                              "('upsert' with the final row, or 'delete' with only the key set); one row per key "
+                              "the hour touched",
+                    "files": {t: str(bdata.DATA_DIR / "changes" / f"{t}.parquet") for t in summary["tables"]},
+                    "rows": summary.get("changes_rows")},
+        "bronze": {"table": f"{cat.name}.{BRONZE_TABLE}", "kafka_topic": "bench.dbz",
+                   "landed_hour": MEASURED_START.isoformat()},
+        "catalog": {"name": cat.name, "uri": "sqlite:///" + cat.uri.removeprefix("jdbc:sqlite:"),
+                    "jdbc_uri": cat.uri, "warehouse": cat.warehouse},
+        "spark_master": cfg.spark.master,
+        "cores": os.cpu_count(),
+        "work_dir": str(state / "peers"),
+        "return_rows": True,
+    }
+
+
+_OURS: dict = {}
+
+
+def results_of(tag: str) -> dict:
+    """Our figures for a format (filled by :func:`main`), handed to peers for reference."""
+    return _OURS.get(tag, {})
+
+
+def peer_calls(names: list[str], spec: dict) -> list[tuple[str, dict]]:
+    """``(peer, input_spec)`` per peer and format: ``spec`` plus ``format`` and ``tables``
+    (``{table: {"path", "columns", "primary_key"}}``: that format's message file per table)."""
+    calls = []
+    for name in names:
+        for fmt in PEERS.get(name, ("debezium-json",)):
+            f = spec["formats"].get(fmt)
+            if f is None:
+                continue
+            tables = {t: {"path": f["files"][t], "columns": s["columns"], "primary_key": s["primary_key"],
+                          "changes": spec["changes"]["files"][t]}
+                      for t, s in spec["schemas"].items() if t in f["files"]}
+            calls.append((name, dict(spec, peer=name, format=fmt, tables=tables)))
+    return calls
+
+
+def check_peer_rows(result: dict, spec: dict) -> dict:
+    """Compare a peer's final ``rows`` (``{table: [row dict]}``) with the source's final state; drop the rows."""
+    from bench.pipeline import compare_to_expected
+
+    rows = result.pop("rows", None)
+    if isinstance(rows, dict):
+        tables = {t: compare_to_expected(rows.get(t, []), schema, Path(spec["expected"]["files"][t]))
+                  for t, schema in spec["schemas"].items()}
+        result["matches_source"] = {"ok": all(e["ok"] for e in tables.values()), "tables": tables}
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "great_expectations", "pyiceberg", "cdclake"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    state = bench_state_dir()
+    os.environ["CDC_STATE_DIR"] = str(state)
+    state.mkdir(parents=True, exist_ok=True)
+    date = args.date or dt.date.today().isoformat()
+    out_dir = Path(args.out)
+    t_start = time.monotonic()
+
+    from bench import pipeline, report
+
+    results: dict = {
+        "date": date, "command": " ".join([Path(sys.executable).name, "-m", "bench.run"] + sys.argv[1:]),
+        "machine": report.machine(),
+        "config": {"events": args.events, "formats": args.formats, "seed": args.seed, "master": args.master,
+                   "driver_memory": args.driver_memory, "warmup_events": args.warmup_events,
+                   "merge_sizes": args.merge_sizes, "merge_batch": args.merge_batch, "gates": not args.no_gates,
+                   "rss_interval_s": args.rss_interval, "state_dir": str(state),
+                   "measured_hour": MEASURED_START.isoformat(), "warmup_hour": WARM_START.isoformat()},
+        "formats": {}, "peers": [], "errors": [],
+    }
+    json_path, png_path = out_dir / f"{date}.json", out_dir / f"{date}.png"
+
+    if not args.keep_lake:
+        reset_lake(state)
+    bootstrap, broker_pid = broker_up(state)
+    log.info("embedded broker at %s, lake in %s", bootstrap, state)
+
+    # -- input (not measured) --------------------------------------------------------------
+    t0 = time.monotonic()
+    tags = list(args.formats)
+    render_tags = tags + ([bdata.PAYLOAD_TAG] if "dbz" in tags and not args.no_from_json else [])
+    summary = generate(state, args.events, args.seed, MEASURED_START, render_tags, "fast", args.gen_jobs, export=True)
+    warm = (generate(state, args.warmup_events, args.seed, WARM_START, tags, "sim", 1, export=False)
+            if args.warmup_events > 0 else None)
+    results["input"] = {
+        "events": summary["events"], "transactions": summary["transactions"], "ops": summary["ops"],
+        "distinct_keys": summary["distinct_keys"], "distinct_keys_total": summary["distinct_keys_total"],
+        "final_rows": summary["expected_rows"], "cached": summary.get("cached"),
+        "generation_s": round(time.monotonic() - t0, 1),
+        "formats": {t: {k: v for k, v in f.items() if k not in ("per_partition", "exported")}
+                    for t, f in summary["formats"].items()},
+    }
+    log.info("input: %d row changes, %d distinct keys (generation %.0f s, cached %s)", summary["events"],
+             summary["distinct_keys_total"], results["input"]["generation_s"], summary.get("cached"))
+
+    from cdclake.config import load_pipeline
+
+    cfg = load_pipeline(pipeline.write_pipeline(state, bootstrap, tags, args.driver_memory, args.master))
+    sampler = RssSampler(interval=args.rss_interval, exclude=[broker_pid] if broker_pid else [])
+    spark = None
+    try:
+        # -- Spark start-up ---------------------------------------------------------------
+        from cdclake.catalog import spark_session
+
+        with sampler.span("spark_startup") as s:
+            spark = spark_session(cfg, app_name="cdc-bench")
+            spark.range(1).count()
+        results["spark_startup"] = {"wall_s": round(s.wall_s, 2), **s.as_dict()}
+        log.info("Spark session up in %.1f s", s.wall_s)
+
+        # -- warm-up hour (reported apart) ------------------------------------------------
+        if warm is not None:
+            wres: dict = {"events": warm["events"], "formats": {}}
+            with sampler.span("warmup") as w:
+                for tag in tags:
+                    produce(state, bootstrap, pipeline.topic_of(tag, True), warm, tag)
+                    wres["formats"][tag] = pipeline.run_format(spark, cfg, sampler, tag, WARM_START, warm["events"],
+                                                               warm=True, gates=not args.no_gates)
+                bdata.delete_topics(bootstrap, [pipeline.topic_of(t, True) for t in tags])
+                if "dbz" in tags and not args.no_from_json:
+                    pipeline.run_from_json(spark, cfg, sampler, WARM_START, state / "from_json" / "warm", None, warm=True)
+            wres["wall_s"] = round(w.wall_s, 1)
+            results["warmup"] = wres
+            log.info("warm-up hour done in %.0f s", w.wall_s)
+
+        # -- the measured hour, format by format ---------------------------------------
+        for tag in tags:
+            topic = pipeline.topic_of(tag)
+            p = produce(state, bootstrap, topic, summary, tag)
+            log.info("%s: produced %d messages to %s in %.0f s", tag, p["messages"], topic, p["produce_s"])
+            r = pipeline.run_format(spark, cfg, sampler, tag, MEASURED_START, summary["events"], gates=not args.no_gates,
+                                    after_land=lambda: bdata.delete_topics(bootstrap, [topic]))
+            fi = summary["formats"][tag]
+            r.update(format=fi["format"], kafka_records=p["messages"], value_bytes=fi["value_bytes"],
+                     mean_value_bytes=fi["mean_value_bytes"], produce_s=p["produce_s"])
+            land = r["stages"].get("land")
+            if land:
+                land["records_per_s"] = round(p["messages"] / land["wall_s"])
+                land["mb_per_s"] = round(fi["value_bytes"] / 1e6 / land["wall_s"], 1)
+                if r["counts"]["land"]["raw_records"] != p["messages"]:
+                    results["errors"].append(f"{tag}: landed {r['counts']['land']['raw_records']} of {p['messages']} records")
+            if "error" not in r:
+                r["verify"] = in_child(pipeline.verify, cfg, tag, summary["tables"], Path(summary["cache"]) / "expected")
+                if not r["verify"]["ok"]:
+                    results["errors"].append(f"{tag}: silver differs from the source: {r['verify']}")
+            else:
+                results["errors"].append(f"{tag}: {r['error']}")
+            results["formats"][tag] = r
+            bdata.delete_topics(bootstrap, [topic])
+            log.info("%s: e2e %.1f s (%s events/s), silver %s", tag, r["e2e"]["wall_s"], r["e2e"]["events_per_s"],
+                     "matches the source" if r.get("verify", {}).get("ok") else "NOT CHECKED OR DIFFERENT")
+            report.write_json(results, json_path)  # partial results survive a crash
+
+        done = [f for f in results["formats"].values() if f.get("e2e")]
+        results["totals"] = {"formats": len(done), "events": sum(f["e2e"]["events"] for f in done),
+                             "e2e_wall_s": round(sum(f["e2e"]["wall_s"] for f in done), 1),
+                             "peak_rss_mb": max((f["e2e"]["peak_rss_mb"] for f in done), default=None)}
+
+        # -- Spark's from_json reference ------------------------------------------------
+        if "dbz" in tags and not args.no_from_json and "error" not in results["formats"].get("dbz", {"error": 1}):
+            payload = Path(summary["cache"]) / bdata.PAYLOAD_FILE
+            results["from_json"] = pipeline.run_from_json(spark, cfg, sampler, MEASURED_START, state / "from_json" / "hour",
+                                                          payload)
+            results["from_json"]["normalize_debezium_events_per_s"] = results["formats"]["dbz"]["stages"]["normalize"]["events_per_s"]
+            results["from_json"]["normalize_target_events_per_s"] = report.NORMALIZE_TARGET
+            shutil.rmtree(state / "from_json", ignore_errors=True)
+
+        # -- merge scaling ----------------------------------------------------------------
+        if args.merge_sizes:
+            from bench.merge import merge_scaling
+
+            results["merge"] = merge_scaling(spark, cfg, sampler, args.merge_sizes, args.merge_batch)
+    except Exception as exc:
+        results["errors"].append(f"{type(exc).__name__}: {exc}")
+        log.error("benchmark failed\n%s", traceback.format_exc())
+    finally:
+        if spark is not None:
+            spark.stop()
+
+    # -- peers (after Spark has stopped) ---------------------------------------------------
+    if args.peers:
+        for tag, r in results["formats"].items():
+            _OURS[tag] = {"e2e": r.get("e2e"), "stages": r.get("stages")}
+        spec = input_spec(cfg, summary, state, tags)
+        results["input_spec"] = {k: v for k, v in spec.items() if k != "formats"} | {
+            "formats": {f: {k: v for k, v in x.items() if k != "silver"} for f, x in spec["formats"].items()}}
+        for name, call in peer_calls(args.peers, spec):
+            log.info("peer %s on %s", name, call["format"])
+            res = check_peer_rows(run_peer(name, call, sampler), call)
+            res.setdefault("format", call["format"])
+            results["peers"].append(res)
+        not_called = [n for n in args.peers if not any(p.get("name") == n for p in results["peers"])]
+        for name in not_called:
+            results["peers"].append({"name": name, "status": "not run", "reason": "none of its formats was measured"})
+    sampler.close()
+
+    results["wall_s"] = round(time.monotonic() - t_start, 1)
+    results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report.write_json(results, json_path)
+    try:
+        report.chart(results, png_path)
+    except Exception as exc:
+        results["errors"].append(f"chart: {type(exc).__name__}: {exc}")
+        report.write_json(results, json_path)
+    print(report.table(results))
+    print(f"\nresults: {json_path}\nchart:   {png_path}")
+    for e in results["errors"]:
+        print(f"error: {e}"[:2000], file=sys.stderr)
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
