@@ -75,12 +75,13 @@ def complete_changes(spark: "SparkSession", cfg: PipelineConfig, every: "DataFra
     tx_changes = mine.join(touched, ["kafka_topic", "tx_id"])
     by_changes = tx_changes.groupBy("kafka_topic", "tx_id").agg(
         F.max(F.coalesce("tx_last", F.lit(False))).alias("last_seen"), F.max("tx_size").alias("size"),
-        F.count_distinct("tx_seq").alias("seqs"), F.count("*").alias("n"))
+        F.count_distinct("tx_seq").alias("seqs"))
     commits = ctl.where(F.col("tx_end")).select("kafka_topic", "tx_id").distinct().withColumn("committed", F.lit(True))
     status = (touched.join(by_changes, ["kafka_topic", "tx_id"], "left").join(commits, ["kafka_topic", "tx_id"], "left")
-              .withColumn("complete", F.col("last_seen") | (F.col("size").isNotNull() & (F.col("seqs") >= F.col("size")))
-                          | F.coalesce("committed", F.lit(False))))
-    status = status.withColumn("complete", F.coalesce("complete", F.lit(False))).persist()
+              .withColumn("complete", F.coalesce(
+                  F.col("last_seen") | (F.col("size").isNotNull() & (F.col("seqs") >= F.col("size")))
+                  | F.coalesce("committed", F.lit(False)), F.lit(False))))
+    status = materialize(status)  # read twice: complete and held
     complete = status.where("complete").select("kafka_topic", "tx_id")
     held_ids = status.where(~F.col("complete")).select("kafka_topic", "tx_id")
     window_rows = every.where(in_window)
@@ -95,5 +96,4 @@ def complete_changes(spark: "SparkSession", cfg: PipelineConfig, every: "DataFra
         held.append(Held(r["kafka_topic"], int(r["tx"]), int(r["n"]), list(r["ids"])))
         log.warning("topic %s, %s: holding %d change(s) of %d incomplete transaction(s) (e.g. %s) until they complete",
                     r["kafka_topic"], window, r["n"], r["tx"], ", ".join(r["ids"]))
-    status.unpersist()
     return rows, held
