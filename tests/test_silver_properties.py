@@ -39,12 +39,9 @@ Properties:
   equals the model hour by hour, after a rerun of the whole range, and with the hours run in a
   random order then the whole range.
 
-Key changes whose after image is partial are left out of the properties, because of a known limit
-(README, "Known limits"): a change of the old key older than the key change that lands after the
-key change was merged does not reach the new key, and late delivery draws that case often. They
-are plain tests at the end of the file, among them what the properties found when they were in: a
-key change delivered again in a later hour on another partition reset the new key to its own
-partial image.
+With ``partial``, key changes may have partial after images too: the new key's row takes the
+other columns from the old row, also when a change of the old key lands after the key change was
+merged (silver replays the chain of keys), and along chains of key changes.
 
 Examples the properties found are kept as plain tests at the end of the file.
 
@@ -209,7 +206,7 @@ _OPS = ["insert"] * 4 + ["update"] * 5 + ["delete"] * 2 + ["reinsert"] * 2 + ["k
 def histories(draw, schemas: tuple[TableSchema, ...], hours: int, partial: bool, max_changes: int = 40):
     """A valid history on ``schemas`` (changes in commit order) and the render style of each change.
 
-    ``partial``: updates (not key changes) may leave value columns out of the after image.
+    ``partial``: updates, key changes included, may leave value columns out of the after image.
     """
     n = draw(st.integers(min(4, max_changes), max_changes))
     state: dict[str, dict[tuple, dict]] = {s.name: {} for s in schemas}
@@ -284,7 +281,7 @@ def histories(draw, schemas: tuple[TableSchema, ...], hours: int, partial: bool,
                     new_key = key
             after = dict(zip(schema.key_names, new_key))
             cols = list(schema.values)
-            if partial and new_key == key:
+            if partial:
                 cols = [c for c in cols if draw(st.booleans())]
             for c in cols:
                 after[c.name] = draw(st.one_of(st.just(before[c.name]), st.none(), values(c.ctype)))
@@ -449,12 +446,14 @@ def model_state(sc: Scenario) -> dict:
 
 
 def _silver_rows(spark, namespace: str, table: str) -> list[dict]:
+    """The rows of a silver table without ``_cdc_*`` columns (soft-delete mode: the live rows)."""
     from cdclake.types import quote_ident
 
     name = f"lake.{quote_ident(namespace)}.{quote_ident(PREFIX + DATABASE + '__' + table)}"
     if not spark.catalog.tableExists(name):
         return []
-    return [{k: v for k, v in r.asDict().items() if not k.startswith("_cdc_")} for r in spark.table(name).collect()]
+    return [{k: v for k, v in r.asDict().items() if not k.startswith("_cdc_")} for r in spark.table(name).collect()
+            if not r.asDict().get("_cdc_deleted")]
 
 
 def check_silver(spark, sc: Scenario, namespace: str, what: str) -> None:
@@ -466,14 +465,15 @@ def check_silver(spark, sc: Scenario, namespace: str, what: str) -> None:
     assert not problems, f"{what}: silver differs from the model:\n" + "\n".join(problems) + "\n" + sc.describe()
 
 
-def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_whole: bool = False) -> None:
+def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_whole: bool = False,
+                 delete_mode: str = "hard") -> None:
     """Produce the scenario's messages to a new topic and check silver against the model.
 
     Land and normalize run once over the whole range (each record lands in the hour of its Kafka
     timestamp whatever the window, so bronze is the same as after hourly runs). Pass 1 runs silver
     hour by hour, in order. Pass 2 (``shuffled_pass``) runs silver into a second namespace over the
     same bronze hours in ``sc.hour_order``, then over the whole range. ``rerun_whole`` runs pass
-    1's whole range once more at the end.
+    1's whole range once more at the end. ``delete_mode``: the pipelines' ``silver.delete_mode``.
     """
     from cdclake.config import load_pipeline
     from cdclake.land import land
@@ -487,7 +487,7 @@ def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_w
     create_topic(stack["bootstrap"], topic, sc.partitions)
     produce(stack["bootstrap"], topic, messages(sc))
     source = [{"topic": topic, "format": "debezium-json", "table_prefix": PREFIX}]
-    first = load_pipeline(write_pipeline(f"prop_{u}_a", source, silver={"namespace": f"prop_{u}_a"}))
+    first = load_pipeline(write_pipeline(f"prop_{u}_a", source, silver={"namespace": f"prop_{u}_a", "delete_mode": delete_mode}))
     whole = Window(hour(0), hour(sc.hours))
     landed = land(spark, first, whole)
     assert landed[topic] == len(messages(sc))
@@ -503,7 +503,7 @@ def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_w
         build_silver(spark, first, whole)
         check_silver(spark, sc, f"prop_{u}_a", "the hour, then the hour again")
     elif shuffled_pass:
-        second = load_pipeline(write_pipeline(f"prop_{u}_b", source, silver={"namespace": f"prop_{u}_b"}))
+        second = load_pipeline(write_pipeline(f"prop_{u}_b", source, silver={"namespace": f"prop_{u}_b", "delete_mode": delete_mode}))
         for h in sc.hour_order:
             build_silver(spark, second, Window(hour(h), hour(h + 1)))
         build_silver(spark, second, whole)
@@ -638,4 +638,50 @@ def test_late_insert_under_newer_partial_update(stack, spark):
                    ("update", 200, 0, {"k0": 1, "v0": "a", "v1": 1}, {"k0": 1, "v0": "b"})],
                   sends=[(1, 0, 0), (0, 0, 1)], hours=2)
     assert model_state(sc) == {"t0": {(1,): {"k0": 1, "v0": "b", "v1": 1}}}
+    run_scenario(stack, spark, sc)
+
+
+@pytest.mark.parametrize("delete_mode", ["hard", "soft"])
+def test_change_of_the_old_key_arriving_after_the_key_change_was_merged_reaches_the_new_key(stack, spark,
+                                                                                           delete_mode):
+    """Partial update of v1 on k0=1 (pos 150) is delivered an hour late, after the partial key change
+    k0=1 -> 2 (pos 200) was merged: the row under k0=2 ends with v1 = 5, as in the source. In
+    soft-delete mode the old key's row is flagged, not deleted, and the late change still gets there."""
+    sc = handmade([("insert", 100, 0, None, {"k0": 1, "v0": "a", "v1": 1}),
+                   ("update", 150, 0, {"k0": 1, "v0": "a", "v1": 1}, {"k0": 1, "v1": 5}),
+                   ("update", 200, 0, {"k0": 1, "v0": "a", "v1": 5}, {"k0": 2, "v0": "b"})],
+                  sends=[(0, 0, 0), (2, 0, 0), (1, 0, 1)], hours=2,
+                  styles=[Style(), Style(before="key"), Style(before="key")])
+    assert model_state(sc) == {"t0": {(2,): {"k0": 2, "v0": "b", "v1": 5}}}
+    if delete_mode == "hard":
+        run_scenario(stack, spark, sc)
+    else:
+        run_scenario(stack, spark, sc, shuffled_pass=False, rerun_whole=True, delete_mode="soft")
+
+
+def test_chain_of_partial_key_changes_in_one_hour_carries_the_first_row(stack, spark):
+    """k0=1 -> 2 (pos 200) then 2 -> 3 (pos 300), both partial, in the hour of the insert: the row
+    under k0=3 keeps v1 from the insert through both moves."""
+    sc = handmade([("insert", 100, 0, None, {"k0": 1, "v0": "a", "v1": 1}),
+                   ("update", 200, 0, {"k0": 1, "v0": "a", "v1": 1}, {"k0": 2, "v0": "b"}),
+                   ("update", 300, 0, {"k0": 2, "v0": "b", "v1": 1}, {"k0": 3, "v0": "c"})],
+                  sends=[(0, 0, 0), (2, 0, 0), (1, 0, 0)], hours=1,
+                  styles=[Style(), Style(before="key"), Style(before="key")])
+    assert model_state(sc) == {"t0": {(3,): {"k0": 3, "v0": "c", "v1": 1}}}
+    run_scenario(stack, spark, sc)
+
+
+def test_late_change_of_the_first_key_follows_a_chain_of_merged_key_changes(stack, spark):
+    """k0=1 -> 2 -> 3 (partial key changes at pos 200 and 300, merged in hour 0); a partial update of
+    v1 on k0=1 at pos 150 lands in hour 1 and must reach k0=3; one on k0=2 at pos 250 lands in
+    hour 2 and wins over it."""
+    sc = handmade([("insert", 100, 0, None, {"k0": 1, "v0": "a", "v1": 1}),
+                   ("update", 150, 0, {"k0": 1, "v0": "a", "v1": 1}, {"k0": 1, "v1": 5}),
+                   ("update", 200, 0, {"k0": 1, "v0": "a", "v1": 5}, {"k0": 2, "v0": "b"}),
+                   ("update", 250, 0, {"k0": 2, "v0": "b", "v1": 5}, {"k0": 2, "v1": 6}),
+                   ("update", 300, 0, {"k0": 2, "v0": "b", "v1": 6}, {"k0": 3, "v0": "c"})],
+                  sends=[(0, 0, 0), (2, 0, 0), (4, 0, 0), (1, 0, 1), (3, 0, 2)], hours=3,
+                  styles=[Style(), Style(before="key"), Style(before="key"), Style(before="key"),
+                          Style(before="key")])
+    assert model_state(sc) == {"t0": {(3,): {"k0": 3, "v0": "c", "v1": 6}}}
     run_scenario(stack, spark, sc)

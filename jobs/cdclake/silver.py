@@ -6,7 +6,10 @@ For every source table in the window's bronze rows:
    image; an update that changes the key, a *move*, also deletes the old key) and ordered by
    ``(source_position, kafka_partition, kafka_offset, row_in_record)``: the source's own order,
    arrival order only to break ties. A move's after image is completed with the old row's other
-   columns (:func:`carry_over`), as the source moves the whole row.
+   columns (:func:`carry_over`), as the source moves the whole row, along chains of moves too.
+   A change of a key older than a move of that key merged by an earlier batch arrives late: the
+   landed changes of the keys on the move's chain are replayed with the batch
+   (:func:`replay_rows`), so the late change reaches the key the row lives under now.
 2. Each key's changes collapse into one (:func:`collapse`): the latest change decides delete or
    upsert; the latest insert, snapshot, delete, move, tombstone or truncate is the key's *reset*;
    the image is built column by column from the latest change since the reset carrying each
@@ -283,6 +286,15 @@ def with_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable,
     return rows.unionByName(tomb)
 
 
+def _key_text(pk: list[str], types: dict[str, str]) -> str:
+    """SQL select list of a silver table's key columns as canonical text, named ``_k0.._kN``."""
+    return ", ".join(f"{T.sql_text(T.quote_ident(k), types[k])} AS _k{i}" for i, k in enumerate(pk))
+
+
+#: Longest chain of key changes (k1 -> k2 -> k3 ...) followed in one batch; longer ones are logged.
+MAX_CHAIN = 16
+
+
 def carry_over(spark: "SparkSession", name: Optional[str], rows: "DataFrame", pk: list[str],
                types: dict[str, str]) -> "DataFrame":
     """Complete the image of every key change (``move`` row) with the old key's other columns.
@@ -294,13 +306,13 @@ def carry_over(spark: "SparkSession", name: Optional[str], rows: "DataFrame", pk
     delete, falling back to the move's before image for a column neither holds. The move's
     ``_img`` becomes that row overlaid with the after image. Rows that are not moves pass through.
     For a move already merged (its new key's silver ``_cdc_reset`` has the move's source position:
-    the same change delivered again, or a rerun), the new key's silver values fill what the old row
-    no longer holds, ahead of the before image.
+    the same change delivered again, a rerun, or a replay by :func:`replay_rows`), the new key's
+    silver values fill what the old row no longer holds, ahead of the before image.
 
-    Limit: a change of the old key older than the move that arrives after the move was merged
-    updates nothing (the old key's tombstone holds it off) instead of reaching the new key.
+    A chain of moves in the batch (k1 -> k2, then k2 -> k3) is completed in order: pass *i* fills
+    the *i*-th move of every chain from the images the earlier passes filled, up to
+    :data:`MAX_CHAIN` moves.
     """
-    from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
     n = len(pk)
@@ -310,11 +322,13 @@ def carry_over(spark: "SparkSession", name: Optional[str], rows: "DataFrame", pk
         return rows
     stored_table = name is not None and _table_exists(spark, name)
     no_map = F.lit(None).cast("map<string,string>")
+    old_keys = materialize(rows.where(is_move).select(*[F.col(o).alias(k) for o, k in zip(olds, keys)]).distinct())
+    stored = None
     if stored_table:
         q = T.quote_ident
         data_cols = [c for c in spark.table(name).columns if not c.startswith("_cdc_") and c in types]
         text = ", ".join(f"{T.sql_string(c)}, {T.sql_text(q(c), types[c])}" for c in data_cols if c not in pk)
-        key_text = ", ".join(f"{T.sql_text(q(k), types[k])} AS _k{i}" for i, k in enumerate(pk))
+        key_text = _key_text(pk, types)
         # a move delivered again (another Kafka partition or offset, a later hour, a rerun) after it
         # was merged: its new key's latest reset is this very change (same source position), and
         # the old row it carried from may be gone; the new key's values stand in for it
@@ -324,13 +338,6 @@ def carry_over(spark: "SparkSession", name: Optional[str], rows: "DataFrame", pk
         again = (rows.where(is_move).join(current, keys, "left")
                  .withColumn("_cur", F.when(F.col("_applied") == F.col("_ord.p"), F.col("_cur"))).drop("_applied"))
         rows = rows.where(~is_move).withColumn("_cur", no_map).unionByName(again)
-    else:
-        rows = rows.withColumn("_cur", no_map)
-    moves = rows.where(is_move).select(*olds, F.col("_ord").alias("_mord"), *keys)
-    old_keys = moves.select(*[F.col(o).alias(k) for o, k in zip(olds, keys)]).distinct()
-    # the old keys' changes in this batch, as (key, order, kind, image)
-    batch = rows.join(old_keys, keys).select(*keys, "_ord", "_kind", "_img", "_tomb")
-    if stored_table:
         row_order = "named_struct('p', _cdc_position, 'kp', _cdc_kafka_partition, 'ko', _cdc_kafka_offset, 'row', -1)"
         # one entry per column with the position of its value; the reset is a row of its own
         silver = spark.sql(
@@ -347,23 +354,58 @@ def carry_over(spark: "SparkSession", name: Optional[str], rows: "DataFrame", pk
             F.struct(F.col("_cdc_reset.p").alias("p"), F.col("_cdc_reset.kp").alias("kp"),
                      F.col("_cdc_reset.ko").alias("ko"), F.lit(-1).alias("row")).alias("_ord"),
             F.lit(True).alias("_is_reset"))
-        stored = entries.unionByName(resets).withColumn("_tomb", F.lit(False))
+        stored = materialize(entries.unionByName(resets).withColumn("_tomb", F.lit(False)))
     else:
-        stored = None
+        rows = rows.withColumn("_cur", no_map)
+    rows = rows.withColumn("_after", F.col("_img"))
+    passes = _chain_length(rows, n)
+    for _ in range(passes):
+        rows = _fill_moves(rows, stored, old_keys, n)
+        if passes > 1:
+            rows = materialize(rows)
+    return rows.drop("_cur", "_after")
+
+
+def _chain_length(rows: "DataFrame", n: int) -> int:
+    """Moves in the longest chain of the batch's moves (a move whose old key is an earlier move's new key)."""
+    from pyspark.sql import functions as F
+
+    keys, olds = [f"_k{i}" for i in range(n)], [f"_o{i}" for i in range(n)]
+    moves = materialize(rows.where(F.col("_kind") == "move").select(*keys, *olds, "_ord"))
+    level, depth = moves, 1
+    while depth < MAX_CHAIN:
+        prev = level.select(*[F.col(k).alias(f"_p{i}") for i, k in enumerate(keys)], F.col("_ord").alias("_pord"))
+        nxt = (moves.join(prev, [F.col(o) == F.col(f"_p{i}") for i, o in enumerate(olds)])
+               .where(F.col("_ord") > F.col("_pord")).select(*keys, *olds, "_ord").distinct())
+        if not nxt.take(1):
+            return depth
+        level, depth = materialize(nxt), depth + 1
+    log.warning("a chain of more than %d key changes in one batch: moves after the %dth carry the columns the "
+                "%dth filled", MAX_CHAIN, MAX_CHAIN, MAX_CHAIN)
+    return depth
+
+
+def _fill_moves(rows: "DataFrame", stored: Optional["DataFrame"], old_keys: "DataFrame", n: int) -> "DataFrame":
+    """One pass of :func:`carry_over`: every move's ``_img`` from ``_before``, ``_cur``, the old row and ``_after``."""
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    keys, olds = [f"_k{i}" for i in range(n)], [f"_o{i}" for i in range(n)]
+    moves = rows.where(F.col("_kind") == "move").select(*olds, F.col("_ord").alias("_mord"), *keys)
+    # the old keys' changes in this batch, as (key, order, kind, image)
+    batch = rows.join(old_keys, keys).select(*keys, "_ord", "_kind", "_img", "_tomb")
     flat = batch.select(*keys, F.explode_outer("_img").alias("_c", "_v"), "_ord",
                         (F.col("_kind") != "update").alias("_is_reset"), "_tomb")
     flat = flat.where(F.col("_c").isNotNull() | F.col("_is_reset"))
     if stored is not None:
         flat = flat.unionByName(stored)
     # per move: the old key's entries older than the move, since its last reset before the move
-    joined = moves.select(*olds, "_mord", *keys).withColumnRenamed("_k0", "_n0")
-    for i in range(1, n):
-        joined = joined.withColumnRenamed(f"_k{i}", f"_n{i}")
-    # the old key's tombstone from this move itself (same record as the move) is not older than it
-    own_tomb = F.col("_tomb") & (F.col("_ord.p") == F.col("_mord.p")) & (F.col("_ord.kp") == F.col("_mord.kp")) \
-        & (F.col("_ord.ko") == F.col("_mord.ko"))
+    joined = moves.select(*olds, "_mord", *[F.col(k).alias(f"_n{i}") for i, k in enumerate(keys)])
+    # a stored reset of the old key at the move's own source position (its tombstone, or in
+    # soft-delete mode the flagged row) is the move itself, not an older reset
+    own = F.col("_is_reset") & (F.col("_ord.row") == -1) & (F.col("_ord.p") == F.col("_mord.p"))
     cand = (joined.join(flat, [F.col(o) == F.col(k) for o, k in zip(olds, keys)])
-            .where((F.col("_ord") < F.col("_mord")) & ~own_tomb))
+            .where((F.col("_ord") < F.col("_mord")) & ~own))
     cand = cand.withColumn("_since", F.max(F.when(F.col("_is_reset"), F.col("_ord"))).over(W.partitionBy(*olds, "_mord")))
     carried = (cand.where(F.col("_c").isNotNull() & (F.col("_since").isNull() | (F.col("_ord") >= F.col("_since"))))
                .groupBy(*olds, "_mord", "_c").agg(F.max_by("_v", "_ord").alias("_v"))
@@ -375,9 +417,68 @@ def carry_over(spark: "SparkSession", name: Optional[str], rows: "DataFrame", pk
 
     empty = F.create_map().cast("map<string,string>")
     before, carry, cur = (F.coalesce(F.col(c), empty) for c in ("_before", "_carry", "_cur"))
-    filled = F.map_concat(without(before, cur, carry, F.col("_img")), without(cur, carry, F.col("_img")),
-                          without(carry, F.col("_img")), F.col("_img"))
-    return rows.withColumn("_img", F.when(F.col("_kind") == "move", filled).otherwise(F.col("_img"))).drop("_carry", "_cur")
+    after = F.col("_after")
+    filled = F.map_concat(without(before, cur, carry, after), without(cur, carry, after), without(carry, after), after)
+    return rows.withColumn("_img", F.when(F.col("_kind") == "move", filled).otherwise(F.col("_img"))).drop("_carry")
+
+
+def replay_rows(spark: "SparkSession", cfg: PipelineConfig, name: str, keyed: "DataFrame", rows: "DataFrame",
+                landed: "DataFrame", pk: list[str], types: dict[str, str]) -> Optional["DataFrame"]:
+    """Landed bronze changes to apply again so that late changes of a moved key reach its new key.
+
+    A change of key k1 older than a key change k1 -> k2 that an earlier batch merged arrives late:
+    the old row it belongs to is gone (hard-delete mode: k1's tombstone is newer; soft-delete
+    mode: k1's flagged row has a newer reset), but k2 took its columns from it. This finds such
+    changes in ``keyed`` (:func:`keyed_rows` plus tombstones), follows the landed key changes from
+    their keys (k1 -> k2 -> k3 ..., each newer than the one before, up to :data:`MAX_CHAIN`), and
+    returns every landed change (bronze rows of ``landed``, the table's changes of every landed
+    hour) of the keys on those chains that is not in ``rows`` already. Applied with the batch, the
+    key changes are completed again (:func:`carry_over`) with the late change in place. Returns
+    None when nothing is late under a key change.
+    """
+    from pyspark.sql import functions as F
+
+    n = len(pk)
+    keys, olds = [f"_k{i}" for i in range(n)], [f"_o{i}" for i in range(n)]
+    if cfg.silver.delete_mode == "hard":
+        resets = keyed.where("_tomb").groupBy(*keys).agg(F.max("_ord").alias("_r"))
+    elif _table_exists(spark, name):
+        resets = spark.sql(f"SELECT {_key_text(pk, types)}, named_struct('p', _cdc_reset.p, 'kp', _cdc_reset.kp, "
+                           f"'ko', _cdc_reset.ko, 'row', -1) AS _r FROM {name} WHERE {SOFT_DELETE_COLUMN}")
+    else:
+        return None
+    late = (keyed.where(~F.col("_tomb") & (F.col("_kind") != "delete")).join(resets, keys)
+            .where(F.col("_ord") < F.col("_r")).groupBy(*keys).agg(F.min("_ord").alias("_since")))
+    if not late.take(1):
+        return None
+    moved = landed.where((F.col("op") == "update") & F.col("before").isNotNull())
+    moves = materialize(keyed_rows(moved, pk).where(F.col("_kind") == "move").select(*keys, *olds, "_ord"))
+    frontier, chain = materialize(late), [late.select(*keys)]
+    for hop in range(MAX_CHAIN):
+        step = (moves.join(frontier.select(*[F.col(k).alias(o) for k, o in zip(keys, olds)], "_since"), olds)
+                .where(F.col("_ord") > F.col("_since")).groupBy(*keys).agg(F.min("_ord").alias("_since")))
+        if not step.take(1):
+            break
+        frontier = materialize(step)
+        chain.append(frontier.select(*keys))
+    else:
+        log.warning("silver %s: late changes follow more than %d key changes; the rest is not replayed", name, MAX_CHAIN)
+    if len(chain) == 1:
+        return None
+    on_chain = chain[0]
+    for c in chain[1:]:
+        on_chain = on_chain.unionByName(c)
+    on_chain = materialize(on_chain.select(F.array(*keys).alias("_ck")).distinct())
+    after_key = F.array(*[F.col("after")[k] for k in pk])
+    before_key = F.array(*[F.col("before")[k] for k in pk])
+    coords = ["kafka_topic", "kafka_partition", "kafka_offset", "row_in_record"]
+    extra = (landed.join(F.broadcast(on_chain), (after_key == F.col("_ck")) | (before_key == F.col("_ck")), "left_semi")
+             .join(rows.select(*coords), coords, "left_anti"))
+    extra = materialize(extra)
+    count = extra.count()
+    log.info("silver %s: %d late change(s) of key(s) moved by an earlier key change; replaying %d landed change(s) "
+             "of %d key(s) on their chains", name, late.count(), count, on_chain.count())
+    return extra if count else None
 
 
 def collapse(rows: "DataFrame", nkeys: int) -> "DataFrame":
@@ -505,10 +606,14 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
     reset = "greatest(t._cdc_reset, s._reset)"
     data_cols = [c for c in types if c not in pk]
 
+    def t_order(c: str) -> str:
+        """The order of the change that set silver's value of column ``c``."""
+        return (f"(CASE WHEN map_contains_key(t._cdc_column_positions, {lit(c)}) "
+                f"THEN t._cdc_column_positions[{lit(c)}] ELSE {t_last} END)")
+
     def chosen(c: str) -> tuple[str, str]:
         """(value, order) of column ``c`` after the merge of a matched row."""
-        ot = (f"(CASE WHEN map_contains_key(t._cdc_column_positions, {lit(c)}) "
-              f"THEN t._cdc_column_positions[{lit(c)}] ELSE {t_last} END)")
+        ot = t_order(c)
         os_ = f"s._ords[{lit(c)}]"
         t_ok = f"({ot} IS NOT NULL AND ({reset} IS NULL OR {ot} >= {reset}))"
         s_ok = f"({os_} IS NOT NULL AND ({reset} IS NULL OR {os_} >= {reset}))"
@@ -551,7 +656,11 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
                        for c in types] + insert_vals[len(types):]
         on_delete = (f"WHEN MATCHED AND s._op = 'delete' AND {newer} THEN UPDATE SET "
                      + ", ".join([f"t.{SOFT_DELETE_COLUMN} = true", f"t._cdc_reset = {reset}"]
-                                 + [f"t.{c} = s.{c}" for c in LAST_CHANGE_COLUMNS]))
+                                 + [f"t.{c} = s.{c}" for c in LAST_CHANGE_COLUMNS]
+                                 # the flagged row's values keep the positions they had (a key
+                                 # change from this key carries them: carry_over)
+                                 + [f"t._cdc_column_positions = "
+                                    f"{positions({c: t_order(c) for c in data_cols}, 's._last_order')}"]))
         not_matched = "WHEN NOT MATCHED THEN"
     else:
         on_delete = f"WHEN MATCHED AND s._op = 'delete' AND {newer} THEN DELETE"
@@ -563,11 +672,14 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
 
 
 def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, changes: "DataFrame",
-                history_from: Optional["DataFrame"] = None) -> TableResult:
+                landed: Optional["DataFrame"] = None, history: bool = False) -> TableResult:
     """Merge one source table's changes (bronze rows) into its silver table.
 
-    With ``history_from`` (every landed bronze change of the table), also recompute the SCD type 2
-    history of the keys the changes touch (:mod:`cdclake.history`).
+    ``landed``: every landed bronze change of the table (all hours). With it, changes of a key
+    that an earlier batch's key change moved are replayed with that key change
+    (:func:`replay_rows`); with ``history`` too, the SCD type 2 history of the keys the changes
+    touch is recomputed (:mod:`cdclake.history`). Raises :class:`SchemaChangeError` for an
+    incompatible type change; Spark errors propagate.
     """
     from pyspark.sql import functions as F
 
@@ -589,10 +701,10 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
                       f"'_cdc_kafka_offset', CAST({int(trunc[2])} AS BIGINT))")
     last_truncate = stored_truncate(spark, cfg, st)  # this batch's or an earlier batch's
     if last_truncate is not None:
-        at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("source_position"),
-                      F.lit(last_truncate[1]).cast("int").alias("kafka_partition"),
-                      F.lit(last_truncate[2]).cast("bigint").alias("kafka_offset"))
-        rows = rows.where(F.struct(*_ORDER[:3]) > at)
+        truncated_at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("source_position"),
+                                F.lit(last_truncate[1]).cast("int").alias("kafka_partition"),
+                                F.lit(last_truncate[2]).cast("bigint").alias("kafka_offset"))
+        rows = rows.where(F.struct(*_ORDER[:3]) > truncated_at)
     if not rows.take(1):
         return result
     pk, types = batch_schema(rows)
@@ -601,7 +713,22 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     keyed = keyed_rows(rows, pk)
     if hard:
         keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
-    keyed = materialize(carry_over(spark, name, materialize(keyed), pk, types))
+    keyed = materialize(keyed)
+    extra = None
+    if landed is not None:  # the same changes as the batch's: no truncate, none older than the last one
+        replay_from = landed.where(F.col("op") != "truncate")
+        if last_truncate is not None:
+            replay_from = replay_from.where(F.struct(*_ORDER[:3]) > truncated_at)
+        extra = replay_rows(spark, cfg, name, keyed, rows, replay_from, pk, types)
+    if extra is not None:
+        rows = materialize(rows.unionByName(extra))
+        pk, types = batch_schema(rows)
+        types = ensure_silver_table(spark, cfg, name, pk, types, result)
+        keyed = keyed_rows(rows, pk)
+        if hard:
+            keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
+        keyed = materialize(keyed)
+    keyed = materialize(carry_over(spark, name, keyed, pk, types))
     src = collapse(keyed, len(pk)).where(~F.col("_tomb"))
     if last_truncate is not None:  # a truncate is a reset of every key
         at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("p"),
@@ -616,10 +743,10 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     spark.sql(merge_sql(cfg, name, view, pk, types))
     if hard:
         record_tombstones(spark, cfg, st, view, len(pk))
-    if history_from is not None:
+    if history and landed is not None:
         from cdclake.history import apply_history
 
-        result.history_versions = apply_history(spark, cfg, st.silver_name, rows, history_from, pk, types, result)
+        result.history_versions = apply_history(spark, cfg, st.silver_name, rows, landed, pk, types, result)
     log.info("silver %s: %d changes -> %d keys upserted, %d deleted%s", name, result.changes, result.upserts,
              result.deletes, " (truncated)" if result.truncated else "")
     return result
@@ -659,9 +786,9 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     for st, st_topics in source_tables(bronze, prefixes):
         same = (F.col("source_database").eqNullSafe(F.lit(st.database)) & F.col("source_schema").eqNullSafe(F.lit(st.schema))
                 & (F.col("source_table") == F.lit(st.table)) & F.col("kafka_topic").isin(st_topics))
-        history_from = every.where(same) if with_history & set(st_topics) else None
         try:
-            results.append(apply_table(spark, cfg, st, bronze.where(same), history_from))
+            results.append(apply_table(spark, cfg, st, bronze.where(same), every.where(same),
+                                       history=bool(with_history & set(st_topics))))
         except Exception as exc:
             log.error("silver table for %s (topics %s) failed: %s", st, st_topics, describe(exc), exc_info=True)
             errors.append(f"{st} -> {st.silver_name}: {describe(exc)}")
