@@ -181,3 +181,39 @@ def test_truncate_is_remembered_across_batches(stack, spark, unique):
     run_window(spark, path, 1, 2)
     run_window(spark, path, 0, 2)
     assert state(spark, path, "shop__t") == {2: "b"}
+
+
+def test_history_of_a_partial_key_change_starts_from_the_moved_row(stack, spark, unique):
+    """SCD type 2: a key change whose after image leaves ``w`` out (id 1 -> 2 at pos 200) gives the
+    new key a first version with the old row's ``w``; a change of ``w`` on id 1 at pos 150 that lands
+    an hour later, after the key change was merged, reaches both keys' versions and silver."""
+    topic = f"sem.histmove.{unique}"
+
+    def event(op: str, before, after, pos: int) -> str:
+        src = {"connector": "mysql", "db": "shop", "table": "m", "file": "mysql-bin.000009", "pos": pos, "row": 0,
+               "ts_ms": 1704067200000 + pos, "snapshot": "false"}
+        return json.dumps({"before": before, "after": after, "source": src, "op": op, "ts_ms": src["ts_ms"]})
+
+    deliver(stack, topic, {
+        0: [event("c", None, {"id": 1, "v": "a", "w": "x"}, 100), event("u", {"id": 1}, {"id": 2, "v": "b"}, 200)],
+        1: [event("u", {"id": 1}, {"id": 1, "w": "y"}, 150)],  # late
+    })
+    ns = f"sem_histmove_{unique}"
+    path = write_pipeline(ns, [{"topic": topic, "format": "debezium-json", "primary_key": ["id"], "history": True}],
+                          silver={"namespace": ns})
+
+    def versions() -> list[tuple]:
+        rows = spark.table(f"lake.{ns}_history.shop__m").collect()
+        return sorted(((int(r["id"]), r["v"], r["w"], r["_cdc_op"], int(r["_cdc_valid_from_position"][1]),
+                        r["_cdc_is_current"]) for r in rows), key=lambda v: (v[0], v[4]))
+
+    run_window(spark, path, 0, 1)
+    assert versions() == [(1, "a", "x", "insert", 100, False), (1, None, None, "delete", 200, False),
+                          (2, "b", "x", "update", 200, True)]
+    run_window(spark, path, 1, 2)
+    expected = [(1, "a", "x", "insert", 100, False), (1, "a", "y", "update", 150, False),
+                (1, None, None, "delete", 200, False), (2, "b", "y", "update", 200, True)]
+    assert versions() == expected
+    assert {int(r["id"]): (r["v"], r["w"]) for r in silver_rows(spark, path, "shop__m")} == {2: ("b", "y")}
+    run_window(spark, path, 0, 2)
+    assert versions() == expected

@@ -21,7 +21,9 @@ A delete is a version too (its values are the before image; never current). Vers
 appended incrementally: for every key a window touches, the key's whole history is recomputed
 from all of its bronze changes (every landed hour) and merged on (key, position, Kafka
 coordinates), so a late change slots in between the versions it belongs between and a rerun
-changes nothing. Exact duplicates (same position and images) count once.
+changes nothing. Exact duplicates (same position and images) count once. Keys linked by key
+changes (either way, transitively) are recomputed together, in source order: a key change starts
+the new key from the old key's row (:func:`_versions`).
 """
 from __future__ import annotations
 
@@ -56,10 +58,12 @@ def history_table(cfg: PipelineConfig, silver_name: str) -> str:
 
 
 def keyed_changes(changes: "DataFrame", pk: list[str]) -> "DataFrame":
-    """Bronze changes as ``(key array<string>, op, img, pos, ts, kp, ko, row)``, one row per key affected.
+    """Bronze changes as ``(key array<string>, op, img, pos, ts, kp, ko, row, moved_from, before)``, one row per key affected.
 
     A delete is keyed and imaged by its before image; an update that changes the key also gives
-    a delete of the old key (imaged by the before image) at the same position.
+    a delete of the old key (imaged by the before image) at the same position. The new key's row
+    of such a key change has ``moved_from`` (the old key) and ``before`` (the before image); both
+    are null on every other row.
     """
     from pyspark.sql import functions as F
 
@@ -69,44 +73,99 @@ def keyed_changes(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     cols = [F.col("source_position").alias("pos"), F.col("source_ts_ms").alias("ts"),
             F.col("kafka_partition").alias("kp"), F.col("kafka_offset").alias("ko"), F.col("row_in_record").alias("row")]
     is_delete = F.col("op") == "delete"
+    is_move = ((F.col("op") == "update") & F.col("before").isNotNull() & ~key_of("before").eqNullSafe(key_of("after"))
+               & F.forall(key_of("before"), lambda v: v.isNotNull()))
+    no_key, no_map = F.lit(None).cast("array<string>"), F.lit(None).cast("map<string,string>")
     main = changes.where(F.col("op") != "truncate").select(
         F.when(is_delete, key_of("before")).otherwise(key_of("after")).alias("key"), F.col("op"),
-        F.when(is_delete, F.col("before")).otherwise(F.col("after")).alias("img"), *cols)
-    moved = changes.where((F.col("op") == "update") & F.col("before").isNotNull()
-                          & ~key_of("before").eqNullSafe(key_of("after"))
-                          & F.forall(key_of("before"), lambda v: v.isNotNull()))
-    old = moved.select(key_of("before").alias("key"), F.lit("delete").alias("op"), F.col("before").alias("img"), *cols)
+        F.when(is_delete, F.col("before")).otherwise(F.col("after")).alias("img"), *cols,
+        F.when(is_move, key_of("before")).alias("moved_from"), F.when(is_move, F.col("before")).alias("before"))
+    old = changes.where(is_move).select(key_of("before").alias("key"), F.lit("delete").alias("op"),
+                                        F.col("before").alias("img"), *cols, no_key.alias("moved_from"),
+                                        no_map.alias("before"))
     return main.unionByName(old)
 
 
 def _versions(item):
-    """Fold one key's changes into versions: ``(key, img, op, pos, ts, kp, ko, to_pos, to_ts, is_current)``."""
-    key, changes = item
-    ordered = sorted(changes, key=lambda c: (list(c["pos"] or []), c["kp"], c["ko"], c["row"]))
-    seen, versions, state = set(), [], None
+    """Fold the changes of a group of keys linked by key changes into versions.
+
+    Yields ``(key, img, op, pos, ts, kp, ko, to_pos, to_ts, is_current)`` per version. Changes are
+    applied in source order (a key change's new key before its old key's delete at the same
+    position); a partial update keeps the key's previous values, and a key change starts the new
+    key from the old key's row, overlaid with the after image (the before image fills what
+    neither has), as :func:`cdclake.silver.carry_over` does for silver.
+    """
+    _, changes = item
+    ordered = sorted(changes, key=lambda c: (list(c["pos"] or []), c["kp"], c["ko"], c["row"],
+                                             c["moved_from"] is None))
+    seen: dict[tuple, set] = {}
+    state: dict[tuple, dict] = {}
+    versions: dict[tuple, list] = {}
     for c in ordered:
+        key = tuple(c["key"])
         ident = (tuple(c["pos"] or ()), c["op"], tuple(sorted((c["img"] or {}).items())))
-        if ident in seen:  # the same change delivered twice
+        if ident in seen.setdefault(key, set()):  # the same change delivered twice
             continue
-        seen.add(ident)
+        seen[key].add(ident)
         img = dict(c["img"] or {})
-        if c["op"] == "update" and state is not None:
-            img = {**state, **img}  # partial images keep the previous version's values
-        state = None if c["op"] == "delete" else img
-        versions.append([key, img, c["op"], c["pos"], c["ts"], c["kp"], c["ko"]])
+        if c["moved_from"] is not None:
+            img = {**(c["before"] or {}), **(state.get(tuple(c["moved_from"])) or {}), **img}
+        elif c["op"] == "update" and state.get(key) is not None:
+            img = {**state[key], **img}  # partial images keep the previous version's values
+        state[key] = None if c["op"] == "delete" else img
+        versions.setdefault(key, []).append([key, img, c["op"], c["pos"], c["ts"], c["kp"], c["ko"]])
     out = []
-    for i, v in enumerate(versions):
-        nxt = versions[i + 1] if i + 1 < len(versions) else None
-        out.append((*v, nxt[3] if nxt else None, nxt[4] if nxt else None, nxt is None and v[2] != "delete"))
+    for vs in versions.values():
+        for i, v in enumerate(vs):
+            nxt = vs[i + 1] if i + 1 < len(vs) else None
+            out.append((*v, nxt[3] if nxt else None, nxt[4] if nxt else None, nxt is None and v[2] != "delete"))
     return out
+
+
+def _groups(spark: "SparkSession", keyed: "DataFrame", touched: "DataFrame") -> tuple["DataFrame", dict]:
+    """The keys whose versions to recompute and the group of each key linked by key changes.
+
+    Returns ``(keys, group)``: ``keys`` (column ``key``) is ``touched`` plus every key linked to
+    them by key changes, either way (the old keys their rows came from, the new keys their rows
+    went to; transitively, up to :data:`cdclake.silver.MAX_CHAIN` links), so a late change of an
+    old key reaches the versions of the new key; ``group`` maps a key (tuple) that a key change
+    links to the smallest key of its group (keys not in it are a group of their own).
+    """
+    from pyspark.sql import functions as F
+
+    from cdclake.catalog import materialize
+    from cdclake.silver import MAX_CHAIN
+
+    moves = materialize(keyed.where(F.col("moved_from").isNotNull()).select("key", "moved_from"))
+    keys = materialize(touched)
+    for _ in range(MAX_CHAIN):
+        into = moves.join(keys, "key", "left_semi").select(F.col("moved_from").alias("key"))
+        out_of = moves.join(keys.select(F.col("key").alias("moved_from")), "moved_from", "left_semi").select("key")
+        more = into.unionByName(out_of).join(keys, "key", "left_anti").distinct()
+        if not more.take(1):
+            break
+        keys = materialize(keys.unionByName(more))
+    parent: dict[tuple, tuple] = {}
+
+    def root(k: tuple) -> tuple:
+        while parent.get(k, k) != k:
+            k = parent[k]
+        return k
+
+    for r in moves.join(keys, "key", "left_semi").collect():
+        a, b = root(tuple(r["key"])), root(tuple(r["moved_from"]))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    return keys, {k: root(k) for k in parent}
 
 
 def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, window_changes: "DataFrame",
                   all_changes: "DataFrame", pk: list[str], types: dict[str, str], result) -> int:
     """Recompute the history of every key in ``window_changes`` from ``all_changes`` and merge it.
 
-    Both frames are bronze rows of one source table (``all_changes``: every landed hour).
-    Returns the number of version rows merged.
+    Both frames are bronze rows of one source table (``all_changes``: every landed hour). Keys
+    that a key change links are folded together (:func:`_versions`), so that a new key's first
+    version holds the row the key change moved. Returns the number of version rows merged.
     """
     from pyspark.sql import functions as F
 
@@ -114,8 +173,12 @@ def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, 
     from cdclake.silver import ensure_silver_table
 
     touched = keyed_changes(window_changes, pk).select("key").distinct()
-    every = keyed_changes(all_changes, pk).join(F.broadcast(touched), "key", "left_semi")
-    grouped = every.rdd.map(lambda r: (tuple(r["key"]), r.asDict())).groupByKey().flatMap(_versions)
+    keyed = keyed_changes(all_changes, pk)
+    keys, group = _groups(spark, keyed, touched)
+    every = keyed.join(F.broadcast(keys), "key", "left_semi")
+    links = spark.sparkContext.broadcast(group)
+    grouped = (every.rdd.map(lambda r: (links.value.get(tuple(r["key"]), tuple(r["key"])), r.asDict()))
+               .groupByKey().flatMap(_versions))
     versions = spark.createDataFrame(grouped.map(lambda v: (list(v[0]),) + tuple(v[1:])), _VERSION_SCHEMA)
     ensure_namespace(spark, cfg, cfg.silver.namespace + "_history")
     name = history_table(cfg, silver_name)
@@ -135,5 +198,5 @@ def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, 
     spark.sql(f"MERGE INTO {name} h USING _cdc_versions s ON {on} "
               "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
     spark.catalog.dropTempView("_cdc_versions")
-    log.info("history %s: %d versions of %d keys merged", name, n, touched.count())
+    log.info("history %s: %d versions of %d keys merged", name, n, keys.count())
     return n
