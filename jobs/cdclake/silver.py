@@ -422,6 +422,18 @@ def _fill_moves(rows: "DataFrame", stored: Optional["DataFrame"], old_keys: "Dat
     return rows.withColumn("_img", F.when(F.col("_kind") == "move", filled).otherwise(F.col("_img"))).drop("_carry")
 
 
+#: Silver table property set once a key change has been merged (see :func:`replay_rows`).
+KEY_CHANGES_PROPERTY = "cdc.key-changes"
+
+
+def _has_key_changes(spark: "SparkSession", name: str) -> bool:
+    """Whether silver table ``name`` exists and has :data:`KEY_CHANGES_PROPERTY` set."""
+    if not _table_exists(spark, name):
+        return False
+    rows = spark.sql(f"SHOW TBLPROPERTIES {name}").collect()
+    return any(r["key"] == KEY_CHANGES_PROPERTY and r["value"] == "true" for r in rows)
+
+
 def replay_rows(spark: "SparkSession", cfg: PipelineConfig, name: str, keyed: "DataFrame", rows: "DataFrame",
                 landed: "DataFrame", pk: list[str], types: dict[str, str]) -> Optional["DataFrame"]:
     """Landed bronze changes to apply again so that late changes of a moved key reach its new key.
@@ -434,12 +446,15 @@ def replay_rows(spark: "SparkSession", cfg: PipelineConfig, name: str, keyed: "D
     returns every landed change (bronze rows of ``landed``, the table's changes of every landed
     hour) of the keys on those chains that is not in ``rows`` already. Applied with the batch, the
     key changes are completed again (:func:`carry_over`) with the late change in place. Returns
-    None when nothing is late under a key change.
+    None when nothing is late under a key change, at once (no Spark job) for a table that never
+    had a key change merged (:data:`KEY_CHANGES_PROPERTY`).
     """
     from pyspark.sql import functions as F
 
     n = len(pk)
     keys, olds = [f"_k{i}" for i in range(n)], [f"_o{i}" for i in range(n)]
+    if not _has_key_changes(spark, name):  # no key change was ever merged: nothing to follow
+        return None
     if cfg.silver.delete_mode == "hard":
         resets = keyed.where("_tomb").groupBy(*keys).agg(F.max("_ord").alias("_r"))
     elif _table_exists(spark, name):
@@ -728,7 +743,11 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
         if hard:
             keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
         keyed = materialize(keyed)
-    keyed = materialize(carry_over(spark, name, keyed, pk, types))
+    moves = bool(keyed.where(F.col("_kind") == "move").take(1))
+    if moves and not _has_key_changes(spark, name):
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({T.sql_string(KEY_CHANGES_PROPERTY)}='true')")
+    if moves:
+        keyed = materialize(carry_over(spark, name, keyed, pk, types))
     src = collapse(keyed, len(pk)).where(~F.col("_tomb"))
     if last_truncate is not None:  # a truncate is a reset of every key
         at = F.struct(F.lit(list(last_truncate[0])).cast("array<decimal(38,0)>").alias("p"),
