@@ -2,6 +2,7 @@
 #   make demo   - fresh machine to a finished demo run (venv, broker, catalog, Airflow DAG run, checks)
 #   make test   - the test suite (real broker, real Iceberg catalog, real Spark, real Airflow)
 #   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
+#   make bench-profile - the parsers alone with a cProfile listing (PROFILE_ARGS="--events 50000")
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -11,7 +12,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo test bench airflow airflow-stop stack stack-down lock clean
+.PHONY: all deps venv demo test bench bench-profile airflow airflow-stop stack stack-down lock clean
 
 all: test
 
@@ -40,7 +41,7 @@ demo: venv
 	$(PY) -m cdclake.demo
 
 test: venv
-	$(PY) -m pytest tests -q -p no:cacheprovider
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15
 
 # PyFlink, the benchmark's peer, pins packages the pipeline does not use: it gets its own venv.
 FLINK_VENV := .venv-flink
@@ -52,6 +53,10 @@ $(FLINK_VENV)/.installed: bench/requirements-flink.txt
 BENCH_ARGS ?=
 bench: venv $(FLINK_VENV)/.installed
 	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.run $(BENCH_ARGS)
+
+# The parsers alone (normalize's Python side), one process, with a cProfile listing.
+bench-profile: venv
+	$(PY) -m bench.profile_parse $(PROFILE_ARGS)
 
 # Airflow UI on http://127.0.0.1:8080 with the pipelines' DAGs (user admin, password printed).
 airflow: stack
