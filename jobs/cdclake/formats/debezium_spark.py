@@ -266,19 +266,18 @@ def _convert(p: ColumnPlan, text: "SparkColumn", typed: "SparkColumn") -> tuple[
             risky = risky | ~text.rlike(_BASE64_ALPHABET)
         return ~risky, text
     if p.kind == "decimal":
-        raw = F.unbase64(text)
-        n = F.octet_length(raw)
-        unsigned = F.conv(F.hex(raw), 16, 10).cast("bigint")
-        half = F.pow(F.lit(2), n * 8 - 1).cast("bigint")  # powers of two are exact doubles
-        signed = F.when(unsigned >= half, unsigned - half * 2).otherwise(unsigned)
-        digits = F.abs(signed).cast("string")
+        # unbase64 throws on some malformed text: decode only canonical-looking Base64
+        raw = F.unbase64(F.when(text.rlike(_BASE64_ALPHABET) & (F.length(text) % 4 == 0), text))
+        hexa = F.hex(raw)
+        # sign-extend the big-endian two's complement to 64 bits and read it as a signed long
+        wide = F.concat(F.when(hexa.substr(1, 1) >= "8", F.lit("F" * 16)).otherwise(F.lit("0" * 16)), hexa)
+        signed = F.conv(wide.substr(-16, 16), 16, -10)
+        digits = F.regexp_replace(signed, "^-", "")
         if p.scale:
-            padded = F.when(F.length(digits) <= p.scale, F.lpad(digits, p.scale + 1, "0")).otherwise(digits)
-            cut = F.length(padded) - p.scale
-            digits = F.concat(padded.substr(F.lit(1), cut), F.lit("."), padded.substr(cut + 1, F.lit(p.scale)))
-        out = F.concat(F.when(signed < 0, F.lit("-")).otherwise(F.lit("")), digits)
-        ok = (present & text.rlike(_BASE64_ALPHABET) & (F.length(text) % 4 == 0) & (n >= 1) & (n <= 7)
-              & (F.base64(raw) == text))
+            padded = F.regexp_replace(F.concat(F.lit("0" * p.scale), digits), f"^0+(?=[0-9]{{{p.scale + 1}}})", "")
+            digits = F.regexp_replace(padded, f"([0-9]{{{p.scale}}})$", ".$1")
+        out = F.concat(F.when(signed.startswith("-"), F.lit("-")).otherwise(F.lit("")), digits)
+        ok = present & F.octet_length(raw).between(1, 7) & (F.base64(raw) == text)
         return ok, out
     if p.kind == "timestamp":
         low, high = (bound * p.units // 1000 for bound in _MS_RANGE)
@@ -312,9 +311,9 @@ def _all(conds) -> "SparkColumn":
     return reduce(lambda a, b: a & b, conds)
 
 
-def _key_values_ok(plans: tuple[ColumnPlan, ...], payload_text: "SparkColumn", texts: "SparkColumn"):
+def _key_values_ok(plans: tuple[ColumnPlan, ...], typed: "SparkColumn", texts: "SparkColumn"):
+    """Every Kafka key value converts by the key's schema (the Python parser converts them for a delete)."""
     F = _F()
-    typed = F.from_json(payload_text, _typed_struct(plans))
     values = F.map_values(texts)
     oks = [F.map_keys(texts) == F.array(*[F.lit(p.name) for p in plans])]
     for i, p in enumerate(plans):
@@ -337,20 +336,28 @@ class JvmSplit(NamedTuple):
 
 
 def _plans(raw: "DataFrame", column: str, make) -> dict[int, Any]:
-    """Distinct envelope prefixes of ``column`` by hash, planned with ``make`` (unplannable left out)."""
+    """Distinct envelope prefixes of ``column`` by hash, planned with ``make`` (unplannable left out).
+
+    Every prefix of the window is grouped (not only the planned ones), so a hash shared by two
+    texts is seen and neither is planned.
+    """
     F = _F()
     text = F.col(column).cast("string")
-    prefix = F.substring_index(text, PAYLOAD_KEY, 1)
-    found = (raw.where(text.startswith(ENVELOPE_START)).select(F.xxhash64(prefix).alias("h"), prefix.alias("p"))
+    prefix = F.when(text.startswith(ENVELOPE_START), F.substring_index(text, PAYLOAD_KEY, 1))
+    found = (raw.select(F.xxhash64(prefix).alias("h"), prefix.alias("p")).where("p IS NOT NULL")
              .groupBy("h").agg(F.min("p").alias("lo"), F.max("p").alias("hi"), F.count("*").alias("n"))
-             .orderBy(F.desc("n")).limit(MAX_SCHEMAS).collect())
+             .orderBy(F.desc("n")).collect())
     out = {}
     for r in found:
         if r.lo != r.hi:
             log.warning("%s: two %s schemas share hash %d; their records go to the Python parser", FORMAT, column, r.h)
             continue
-        plan = make(r.lo)
-        if plan is not None:
+        try:
+            plan = make(r.lo)
+        except Exception as exc:  # a schema the parser would reject: its records go to Python
+            log.info("%s: %s schema not planned (%s: %s)", FORMAT, column, type(exc).__name__, exc)
+            plan = None
+        if plan is not None and len(out) < MAX_SCHEMAS:
             out[r.h] = plan
     return out
 
@@ -382,28 +389,30 @@ def split(raw: "DataFrame", options: Optional[dict] = None) -> Optional[JvmSplit
 
     v = F.col("value").cast("string")
     k = F.col("key").cast("string")
-    h = F.xxhash64(F.substring_index(v, PAYLOAD_KEY, 1))
-    kh = F.xxhash64(F.substring_index(k, PAYLOAD_KEY, 1))
-    payload = F.from_json(v, T.StructType([T.StructField("payload", T.StringType())]))["payload"]
-    key_payload = F.from_json(k, T.StructType([T.StructField("payload", T.StringType())]))["payload"]
+    payload_only = T.StructType([T.StructField("payload", T.StringType())])
     maps = T.MapType(T.StringType(), T.StringType())
     objects = T.StructType([T.StructField(n, maps) for n in ("before", "after", "source", "transaction")])
 
-    stage = raw.select(
-        "*", h.alias("_h"), kh.alias("_kh"), payload.alias("_payload"), key_payload.alias("_key_payload"),
-        (F.concat(F.substring_index(v, PAYLOAD_KEY, 1), F.lit(PAYLOAD_KEY), payload, F.lit("}")) == v)
+    # Each stage computes its expressions once; later stages refer to them by name, so the plan
+    # stays small (Spark does not inline an expensive expression that is used more than once).
+    stage = raw.select("*", F.substring_index(v, PAYLOAD_KEY, 1).alias("_prefix"),
+                       F.substring_index(k, PAYLOAD_KEY, 1).alias("_key_prefix"),
+                       F.from_json(v, payload_only)["payload"].alias("_payload"),
+                       F.from_json(k, payload_only)["payload"].alias("_key_payload"))
+    stage = stage.select(
+        "*", F.xxhash64("_prefix").alias("_h"), F.xxhash64("_key_prefix").alias("_kh"),
+        ((F.concat("_prefix", F.lit(PAYLOAD_KEY), "_payload", F.lit("}")) == v) & v.startswith(ENVELOPE_START))
         .alias("_value_whole"),
-        ((F.concat(F.substring_index(k, PAYLOAD_KEY, 1), F.lit(PAYLOAD_KEY), key_payload, F.lit("}")) == k)
+        ((F.concat("_key_prefix", F.lit(PAYLOAD_KEY), "_key_payload", F.lit("}")) == k)
          & k.startswith(ENVELOPE_START) & (F.encode(F.decode(F.col("key"), "UTF-8"), "UTF-8") == F.col("key")))
-        .alias("_key_whole"))
-    stage = stage.select("*", F.from_json("_payload", maps).alias("_pm"), F.from_json("_payload", objects).alias("_pt"),
-                         F.from_json("_key_payload", maps).alias("_kp"))
+        .alias("_key_whole"),
+        F.from_json("_payload", maps).alias("_pm"), F.from_json("_payload", objects).alias("_pt"),
+        F.from_json("_key_payload", maps).alias("_kp"))
     pm, pt, kp = F.col("_pm"), F.col("_pt"), F.col("_kp")
     src, tx = pt["source"], pt["transaction"]
     src_text, tx_text = pm["source"], pm["transaction"]
     op = pm["op"]
     kind = F.create_map(*[F.lit(x) for kv in _OPS.items() for x in kv])[op]
-    primary_key = F.map_keys(kp)
 
     def opt_digits(text):  # optional_int: null, "" or digits
         return text.isNull() | (text == "") | text.rlike(_DIGITS)
@@ -411,19 +420,43 @@ def split(raw: "DataFrame", options: Optional[dict] = None) -> Optional[JvmSplit
     def element(text):  # _element: null (0) or digits
         return text.isNull() | text.rlike(_DIGITS)
 
-    def as_bigint(text):
-        return F.when(text.isNotNull() & (text != ""), text.cast("bigint"))
+    def case(cases, default):
+        expr = None
+        for cond, value in cases:
+            expr = F.when(cond, value) if expr is None else expr.when(cond, value)
+        return default if expr is None else expr.otherwise(default)
 
-    file_name = src["file"]
-    file_digits = F.regexp_extract(file_name, "([0-9]+)$", 1)
-    file_number = F.when(file_name.isNull() | (file_name == ""), F.lit(0)).otherwise(file_digits.cast("decimal(38,0)"))
-    ts = F.coalesce(src["ts_ms"], pm["ts_ms"])
+    # typed parses of the images (per value schema) and of the key (per key schema)
+    typed = []
+    for i, (hv, plan) in enumerate(values.items()):
+        this = F.col("_h") == F.lit(hv).cast("bigint")
+        typed += [F.when(this, F.from_json(pm["before"], _typed_struct([plan.columns[n] for n in plan.before])))
+                  .alias(f"_tb{i}"),
+                  F.when(this, F.from_json(pm["after"], _typed_struct([plan.columns[n] for n in plan.after])))
+                  .alias(f"_ta{i}")]
+    for j, (hv, plans) in enumerate(keys.items()):
+        typed.append(F.when((F.col("_kh") == F.lit(hv).cast("bigint")) & (op == "d"),
+                            F.from_json("_key_payload", _typed_struct(plans))).alias(f"_tk{j}"))
+    stage = stage.select("*", *typed)
+
+    ok_cases, before_cases, after_cases, types_cases = [], [], [], []
+    for i, (hv, plan) in enumerate(values.items()):
+        this = F.col("_h") == F.lit(hv).cast("bigint")
+        b_ok, b_map = _image(plan, plan.before, pt["before"], F.col(f"_tb{i}"))
+        a_ok, a_map = _image(plan, plan.after, pt["after"], F.col(f"_ta{i}"))
+        ok_cases.append((this, (pt["before"].isNull() | b_ok) & (pt["after"].isNull() | a_ok)))
+        before_cases.append((this, F.when(pt["before"].isNotNull(), b_map)))
+        after_cases.append((this, F.when(pt["after"].isNotNull(), a_map)))
+        types_cases.append((this, F.create_map(*[F.lit(x) for kv in plan.types for x in kv])))
+    key_cases = [(F.col("_kh") == F.lit(hv).cast("bigint"), _key_values_ok(plans, F.col(f"_tk{j}"), kp))
+                 for j, (hv, plans) in enumerate(keys.items())]
     tx_pick = (F.when(src["txId"].isNotNull(), F.struct(src["txId"].alias("v"), _string_token(src_text, "txId").alias("s")))
                .when(tx["id"].isNotNull(), F.struct(tx["id"].alias("v"), _string_token(tx_text, "id").alias("s")))
                .when(src["gtid"].isNotNull(), F.struct(src["gtid"].alias("v"), _string_token(src_text, "gtid").alias("s"))))
-    tx_id = tx_pick["v"]
-
-    common = [
+    file_name = src["file"]
+    file_digits = F.regexp_extract(file_name, "([0-9]+)$", 1)
+    ts = F.coalesce(src["ts_ms"], pm["ts_ms"])
+    common = _all([
         F.col("_value_whole"), F.col("_key_whole"), pm.isNotNull(), kind.isNotNull(),
         pm["message_type"].isNull(), pm["unique"].isNull(),
         *[pm[n].isNull() | pt[n].isNotNull() for n in ("before", "after", "source", "transaction")],
@@ -433,58 +466,39 @@ def split(raw: "DataFrame", options: Optional[dict] = None) -> Optional[JvmSplit
         src["db"].isNull() | _string_token(src_text, "db"), src["schema"].isNull() | _string_token(src_text, "schema"),
         file_name.isNull() | (file_name == "") | (_string_token(src_text, "file") & (F.length(file_digits) >= 1)
                                                  & (F.length(file_digits) <= 18)),
-        element(src["pos"]), element(src["row"]),
-        opt_digits(ts), opt_digits(tx["total_order"]),
-        tx_id.isNull() | tx_id.rlike(_LONG_DIGITS) | tx_pick["s"],
+        element(src["pos"]), element(src["row"]), opt_digits(ts), opt_digits(tx["total_order"]),
         kp.isNotNull(), F.size(kp) >= 1,
-    ]
+    ])
+    stage = stage.select(
+        "*", (common & case(ok_cases, F.lit(False))).alias("_fields_ok"),
+        case(before_cases, F.lit(None)).alias("_before"), case(after_cases, F.lit(None)).alias("_after"),
+        case(types_cases, F.lit(None)).alias("_types"), case(key_cases, F.lit(False)).alias("_key_ok"),
+        kind.alias("_op"), tx_pick.alias("_tx"), ts.alias("_ts"),
+        F.when(file_name.isNull() | (file_name == ""), F.lit(0)).otherwise(file_digits).alias("_file"))
+    image = F.when(F.col("_op") == "delete", F.col("_before")).otherwise(F.col("_after"))
+    has_key = F.forall(F.map_keys(kp), lambda c: image[c].isNotNull())
+    ok = (F.col("_fields_ok") & (F.col("_tx.v").isNull() | F.col("_tx.v").rlike(_LONG_DIGITS) | F.col("_tx.s"))
+          & image.isNotNull() & has_key & ((F.col("_op") != "delete") | F.col("_key_ok")))
+    stage = stage.select("*", F.coalesce(ok, F.lit(False)).alias("_jvm"))
 
-    ok_cases, before_cases, after_cases, types_cases = [], [], [], []
-    for hv, plan in values.items():
-        this = F.col("_h") == F.lit(hv).cast("bigint")
-        typed_before = F.from_json(pm["before"], _typed_struct([plan.columns[n] for n in plan.before]))
-        typed_after = F.from_json(pm["after"], _typed_struct([plan.columns[n] for n in plan.after]))
-        b_ok, b_map = _image(plan, plan.before, pt["before"], typed_before)
-        a_ok, a_map = _image(plan, plan.after, pt["after"], typed_after)
-        ok_cases.append((this, (pt["before"].isNull() | b_ok) & (pt["after"].isNull() | a_ok)))
-        before_cases.append((this, F.when(pt["before"].isNotNull(), b_map)))
-        after_cases.append((this, F.when(pt["after"].isNotNull(), a_map)))
-        types_cases.append((this, F.create_map(*[F.lit(x) for kv in plan.types for x in kv])))
-
-    def case(cases, default):
-        expr = None
-        for cond, value in cases:
-            expr = F.when(cond, value) if expr is None else expr.when(cond, value)
-        return expr.otherwise(default)
-
-    key_cases = [(F.col("_kh") == F.lit(hv).cast("bigint"), _key_values_ok(plans, F.col("_key_payload"), kp))
-                 for hv, plans in keys.items()]
-    key_ok = case(key_cases, F.lit(False)) if key_cases else F.lit(False)
-
-    before_map, after_map = case(before_cases, F.lit(None)), case(after_cases, F.lit(None))
-    image = F.when(op == "d", before_map).otherwise(after_map)
-    has_key = F.forall(primary_key, lambda c: image[c].isNotNull())
-    ok = _all(common) & case(ok_cases, F.lit(False)) & image.isNotNull() & has_key & (
-        (op != "d") | key_ok)
+    def as_bigint(text):
+        return F.when(text.isNotNull() & (text != ""), text.cast("bigint"))
 
     bronze = {
         "source_format": F.lit(FORMAT), "source_database": src["db"], "source_schema": src["schema"],
-        "source_table": src["table"], "op": kind, "before": before_map, "after": after_map,
-        "primary_key": primary_key, "column_types": case(types_cases, F.lit(None)),
-        "source_position": F.array(file_number.cast("decimal(38,0)"),
-                                   F.coalesce(src["pos"], F.lit("0")).cast("decimal(38,0)"),
-                                   F.coalesce(src["row"], F.lit("0")).cast("decimal(38,0)")),
-        "source_ts_ms": as_bigint(ts), "tx_id": tx_id, "tx_seq": as_bigint(tx["total_order"]),
+        "source_table": src["table"], "op": F.col("_op"), "before": F.col("_before"), "after": F.col("_after"),
+        "primary_key": F.map_keys(kp), "column_types": F.col("_types"),
+        "source_position": F.array(*[c.cast("decimal(38,0)") for c in (
+            F.col("_file"), F.coalesce(src["pos"], F.lit("0")), F.coalesce(src["row"], F.lit("0")))]),
+        "source_ts_ms": as_bigint(F.col("_ts")), "tx_id": F.col("_tx.v"), "tx_seq": as_bigint(tx["total_order"]),
         "row_in_record": F.lit(0).cast("int"), "tx_last": F.lit(None).cast("boolean"),
         "tx_size": F.lit(None).cast("bigint"),
     }
     kafka = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp_ms", "landed_hour"]
     raw_cols = raw.columns
     parsed = stage.select(
-        *[F.col(c) for c in raw_cols if c != "value"],
-        F.when(~F.coalesce(ok, F.lit(False)), F.col("value")).alias("value"),
-        F.coalesce(ok, F.lit(False)).alias("_jvm"),
-        *[F.when(ok, e).alias(f"_b_{n}") for n, e in bronze.items()])
+        *[F.col(c) for c in raw_cols if c != "value"], F.when(~F.col("_jvm"), F.col("value")).alias("value"),
+        "_jvm", *[F.when(F.col("_jvm"), e).alias(f"_b_{n}") for n, e in bronze.items()])
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     from cdclake.normalize import BRONZE_SCHEMA
     from pyspark.sql.types import _parse_datatype_string
