@@ -84,9 +84,6 @@ class SourceConfig(_Model):
     """One CDC topic and the format its values are in.
 
     ``history: true`` keeps an SCD type 2 history table beside each of the topic's silver tables.
-    ``jvm_parse`` (default true): where the format can (``debezium-json``), records of the common
-    shape are parsed by Spark SQL in the JVM, exactly as the Python parser would, and the rest
-    by the Python parser; false sends every record to the Python parser.
     """
 
     topic: str
@@ -95,7 +92,6 @@ class SourceConfig(_Model):
     primary_keys: dict[str, list[str]] = Field(default_factory=dict)
     table_prefix: str = ""
     history: bool = False
-    jvm_parse: bool = True
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("format")

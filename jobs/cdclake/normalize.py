@@ -194,27 +194,6 @@ def _bronze_frame(spark: "SparkSession", rows) -> "DataFrame":
     return staged.select(*[maps[n].alias(n) if n in maps else F.col(n) for n in names])
 
 
-def jvm_split(raw: "DataFrame", topics: list[str], cfg: PipelineConfig, parsers: dict) -> dict:
-    """``{topic: JvmSplit}`` for the topics whose parser reads records in the JVM (``spark_split``)
-    and whose source has ``jvm_parse`` on; logs how many records each path takes."""
-    from pyspark.sql import functions as F
-
-    out = {}
-    for t in topics:
-        split = getattr(parsers[t], "spark_split", None)
-        if split is None or not cfg.source(t).jvm_parse:
-            continue
-        part = split(raw.where(F.col("kafka_topic") == t))
-        if part is None:
-            log.info("topic %s: every record goes to the Python parser of %s", t, parsers[t].format_name)
-            continue
-        out[t] = part
-        counts = {r["_jvm"]: r["count"] for r in part.cached.groupBy("_jvm").count().collect()}
-        log.info("topic %s: %d records parsed in the JVM, %d left to the Python parser of %s", t,
-                 counts.get(True, 0), counts.get(False, 0), parsers[t].format_name)
-    return out
-
-
 def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, dict[str, int]]:
     """Parse the window's raw records of the selected topics into bronze, quarantine and control.
 
@@ -236,23 +215,14 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
         for topic, rs in by_topic.items():
             yield from classify(parsers[topic], rs)
 
-    jvm = jvm_split(raw, topics, cfg, parsers)
-    python_raw = raw.where(~F.col("kafka_topic").isin(list(jvm))) if jvm else raw
-    for part in jvm.values():
-        python_raw = python_raw.unionByName(part.rest)
-    tagged = python_raw.rdd.mapPartitions(parse_partition).persist(StorageLevel.MEMORY_AND_DISK)
+    tagged = raw.rdd.mapPartitions(parse_partition).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         for kind, (name, schema) in zip(("change", "quarantine", "control"), _TABLES):
             part = tagged.filter(lambda kv, k=kind: kv[0] == k).map(lambda kv: kv[1])
             frame = _bronze_frame(spark, part) if kind == "change" else spark.createDataFrame(part, schema)
-            if kind == "change":
-                for p in jvm.values():
-                    frame = frame.unionByName(p.changes)
             frame.writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
     finally:
         tagged.unpersist()
-        for p in jvm.values():
-            p.cached.unpersist()
 
     stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
     for key, table in (("raw", RAW_TABLE), ("changes", BRONZE_TABLE), ("quarantined", QUARANTINE_TABLE), ("control", CONTROL_TABLE)):

@@ -172,18 +172,6 @@ class SchemaAwareParser(RecordParser, Protocol):
         ...
 
 
-class SparkSplitParser(RecordParser, Protocol):
-    """Optional extension for formats that Spark SQL can read in the JVM for their common shape.
-
-    ``spark_split(raw)`` takes raw table rows of one topic and returns None (not applicable) or
-    a :class:`cdclake.formats.debezium_spark.JvmSplit`: bronze rows read in the JVM (exactly the
-    rows :meth:`parse` gives) and the raw rows left to :meth:`parse`. The normalize stage uses it
-    when the source's ``jvm_parse`` is on.
-    """
-
-    def spark_split(self, raw): ...
-
-
 ParserFactory = Callable[[Mapping[str, object]], RecordParser]
 _REGISTRY: dict[str, ParserFactory] = {}
 

@@ -253,15 +253,7 @@ class DebeziumJsonParser:
     format_name = FORMAT
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None):
-        self.raw_options = dict(options or {})
-        self.options = SourceOptions(self.raw_options)
-
-    def spark_split(self, raw):
-        """The records of ``raw`` Spark SQL reads exactly as :meth:`parse` does, and the rest:
-        see :func:`cdclake.formats.debezium_spark.split` (None when it does not apply)."""
-        from cdclake.formats.debezium_spark import split
-
-        return split(raw, self.raw_options)
+        self.options = SourceOptions(options or {})
 
     def parse(self, record: KafkaRecord) -> ParseResult:
         """Parse one Kafka record (see the class docstring for results and errors)."""
