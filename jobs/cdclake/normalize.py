@@ -178,12 +178,10 @@ def bronze_row(c: ChangeRecord, kcols: tuple) -> tuple:
                 c.tx_last, c.tx_size)
 
 
-def _bronze_frame(spark: "SparkSession", rows) -> "DataFrame":
-    """Staged change rows as a DataFrame of :data:`BRONZE_SCHEMA`, maps built in key order."""
+def _bronze_frame(staged: "DataFrame") -> "DataFrame":
+    """Staged change rows (:data:`_STAGED_SCHEMA`) as :data:`BRONZE_SCHEMA`, maps built in key order."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import _parse_datatype_string
-
-    staged = spark.createDataFrame(rows, _STAGED_SCHEMA)
 
     def as_map(k: str, v: str):
         return F.when(F.col(k).isNotNull(), F.map_from_arrays(k, v))
@@ -192,6 +190,87 @@ def _bronze_frame(spark: "SparkSession", rows) -> "DataFrame":
             "column_types": F.map_from_arrays("types_k", "types_v")}
     names = _parse_datatype_string(BRONZE_SCHEMA).names
     return staged.select(*[maps[n].alias(n) if n in maps else F.col(n) for n in names])
+
+
+def _columns(schema: str) -> list[tuple[str, str]]:
+    """``[(name, type)]`` of a DDL column list (types here hold no top-level commas but in <...>)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(schema + ","):
+        depth += ch in "<("
+        depth -= ch in ">)"
+        if ch == "," and depth == 0:
+            name, ctype = schema[start:i].strip().split(" ", 1)
+            out.append((name, ctype.strip()))
+            start = i + 1
+    return out
+
+
+#: The outputs of :func:`classify` as one wide row: ``_kind`` (change/quarantine/control) and the
+#: columns of the staged change, quarantine and control rows (shared names have one type).
+_OUTPUTS = {"change": _columns(_STAGED_SCHEMA), "quarantine": _columns(QUARANTINE_SCHEMA),
+            "control": _columns(CONTROL_SCHEMA)}
+_TAGGED: dict[str, str] = {"_kind": "string"}
+for _cols in _OUTPUTS.values():
+    for _name, _type in _cols:
+        assert _TAGGED.setdefault(_name, _type) == _type, _name
+_TAGGED_SCHEMA = ", ".join(f"{n} {t}" for n, t in _TAGGED.items())
+
+
+class _RawRow:
+    """A raw table row from an Arrow batch, with the attributes :func:`classify` reads."""
+
+    __slots__ = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp_ms", "landed_hour", "key",
+                 "value", "headers")
+
+    def __init__(self, d: dict):
+        for name in self.__slots__:
+            setattr(self, name, d.get(name))
+        self.headers = [_Header(h["name"], h["value"]) for h in (self.headers or [])]
+
+
+class _Header:
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+
+def tagged_arrow_schema():
+    """The Arrow schema of :data:`_TAGGED_SCHEMA` (made on the driver: it needs the JVM)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_string
+
+    return to_arrow_schema(_parse_datatype_string(_TAGGED_SCHEMA))
+
+
+def parse_batches(parsers: dict, schema, batches) -> Iterator:
+    """``mapInArrow`` body: raw table Arrow batches in, Arrow batches of ``schema``
+    (:func:`tagged_arrow_schema`) out.
+
+    Each record goes through :func:`classify` with its topic's parser; the rows cross between the
+    JVM and Python as Arrow columns, not pickled rows.
+    """
+    import pyarrow as pa
+
+    position = {n: i for i, n in enumerate(_TAGGED)}
+    slots = {kind: [position[n] for n, _ in cols] for kind, cols in _OUTPUTS.items()}
+    width = len(_TAGGED)
+    for batch in batches:
+        by_topic: dict[str, list] = {}
+        for d in batch.to_pylist():
+            r = _RawRow(d)
+            by_topic.setdefault(r.kafka_topic, []).append(r)
+        out = []
+        for topic, rs in by_topic.items():
+            for kind, row in classify(parsers[topic], rs):
+                wide = [None] * width
+                wide[0] = kind
+                for i, v in zip(slots[kind], row):
+                    wide[i] = v
+                out.append(wide)
+        columns = list(zip(*out)) if out else [[] for _ in range(width)]
+        yield pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)],
+                                         schema=schema)
 
 
 def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, dict[str, int]]:
@@ -208,18 +287,13 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
     raw = spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
     parsers = register_schemas(spark, cfg, raw, parsers)
 
-    def parse_partition(rows):
-        by_topic: dict[str, list] = {}
-        for r in rows:
-            by_topic.setdefault(r.kafka_topic, []).append(r)
-        for topic, rs in by_topic.items():
-            yield from classify(parsers[topic], rs)
-
-    tagged = raw.rdd.mapPartitions(parse_partition).persist(StorageLevel.MEMORY_AND_DISK)
+    arrow_schema = tagged_arrow_schema()
+    tagged = raw.mapInArrow(lambda batches: parse_batches(parsers, arrow_schema, batches), _TAGGED_SCHEMA)
+    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        for kind, (name, schema) in zip(("change", "quarantine", "control"), _TABLES):
-            part = tagged.filter(lambda kv, k=kind: kv[0] == k).map(lambda kv: kv[1])
-            frame = _bronze_frame(spark, part) if kind == "change" else spark.createDataFrame(part, schema)
+        for kind, (name, _schema) in zip(("change", "quarantine", "control"), _TABLES):
+            part = tagged.where(F.col("_kind") == kind).select(*[n for n, _ in _OUTPUTS[kind]])
+            frame = _bronze_frame(part) if kind == "change" else part
             frame.writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
     finally:
         tagged.unpersist()
