@@ -193,7 +193,8 @@ def _bronze_frame(staged: "DataFrame") -> "DataFrame":
 
 
 def _columns(schema: str) -> list[tuple[str, str]]:
-    """``[(name, type)]`` of a DDL column list (types here hold no top-level commas but in <...>)."""
+    """``[(name, type)]`` of a DDL column list such as :data:`BRONZE_SCHEMA` (commas inside ``<>``
+    and ``()`` belong to the type)."""
     out, depth, start = [], 0, 0
     for i, ch in enumerate(schema + ","):
         depth += ch in "<("
