@@ -21,22 +21,17 @@ import io
 import pstats
 import sys
 import time
-from collections import namedtuple
 from pathlib import Path
 from typing import Optional
 
 from bench import data as bdata
 from bench.run import ALL_FORMATS, BENCH_DIR, MEASURED_START
 
-#: The raw table's columns as :func:`cdclake.normalize.classify` reads them.
-RawRow = namedtuple("RawRow", "kafka_topic kafka_partition kafka_offset kafka_timestamp_ms landed_hour key value headers")
-
-
 def profile_format(tag: str, cache: Path, top: int) -> tuple[dict, str]:
     """Time and profile ``classify`` over the cached messages of ``tag``; return (figures, report text)."""
     import json
 
-    from cdclake.normalize import classify
+    from cdclake.normalize import RawRow, classify
     from cdclake.record import get_parser
 
     wf = bdata.wire_formats()[tag]

@@ -19,6 +19,7 @@ All three are partitioned by (kafka_topic, hours(landed_hour)); a rerun overwrit
 from __future__ import annotations
 
 import logging
+from collections import namedtuple
 from decimal import Decimal
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
@@ -217,23 +218,15 @@ for _cols in _OUTPUTS.values():
 _TAGGED_SCHEMA = ", ".join(f"{n} {t}" for n, t in _TAGGED.items())
 
 
-class _RawRow:
-    """A raw table row from an Arrow batch, with the attributes :func:`classify` reads."""
-
-    __slots__ = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp_ms", "landed_hour", "key",
-                 "value", "headers")
-
-    def __init__(self, d: dict):
-        for name in self.__slots__:
-            setattr(self, name, d.get(name))
-        self.headers = [_Header(h["name"], h["value"]) for h in (self.headers or [])]
+#: A raw table row with the attributes :func:`classify` reads (headers as :class:`Header`).
+RawRow = namedtuple("RawRow", "kafka_topic kafka_partition kafka_offset kafka_timestamp_ms landed_hour key value headers")
+Header = namedtuple("Header", "name value")
 
 
-class _Header:
-    __slots__ = ("name", "value")
-
-    def __init__(self, name, value):
-        self.name, self.value = name, value
+def raw_row(d: dict) -> RawRow:
+    """The :class:`RawRow` of a raw table row given as a dict (a row of an Arrow batch)."""
+    return RawRow(d["kafka_topic"], d["kafka_partition"], d["kafka_offset"], d["kafka_timestamp_ms"],
+                  d["landed_hour"], d["key"], d["value"], [Header(h["name"], h["value"]) for h in d["headers"] or []])
 
 
 def tagged_arrow_schema():
@@ -259,7 +252,7 @@ def parse_batches(parsers: dict, schema, batches) -> Iterator:
     for batch in batches:
         by_topic: dict[str, list] = {}
         for d in batch.to_pylist():
-            r = _RawRow(d)
+            r = raw_row(d)
             by_topic.setdefault(r.kafka_topic, []).append(r)
         out = []
         for topic, rs in by_topic.items():

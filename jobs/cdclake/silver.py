@@ -446,15 +446,13 @@ def replay_rows(spark: "SparkSession", cfg: PipelineConfig, name: str, keyed: "D
     returns every landed change (bronze rows of ``landed``, the table's changes of every landed
     hour) of the keys on those chains that is not in ``rows`` already. Applied with the batch, the
     key changes are completed again (:func:`carry_over`) with the late change in place. Returns
-    None when nothing is late under a key change, at once (no Spark job) for a table that never
-    had a key change merged (:data:`KEY_CHANGES_PROPERTY`).
+    None when nothing is late under a key change. :func:`apply_table` calls it only for tables
+    that have had a key change merged (:data:`KEY_CHANGES_PROPERTY`).
     """
     from pyspark.sql import functions as F
 
     n = len(pk)
     keys, olds = [f"_k{i}" for i in range(n)], [f"_o{i}" for i in range(n)]
-    if not _has_key_changes(spark, name):  # no key change was ever merged: nothing to follow
-        return None
     if cfg.silver.delete_mode == "hard":
         resets = keyed.where("_tomb").groupBy(*keys).agg(F.max("_ord").alias("_r"))
     elif _table_exists(spark, name):
@@ -464,11 +462,12 @@ def replay_rows(spark: "SparkSession", cfg: PipelineConfig, name: str, keyed: "D
         return None
     late = (keyed.where(~F.col("_tomb") & (F.col("_kind") != "delete")).join(resets, keys)
             .where(F.col("_ord") < F.col("_r")).groupBy(*keys).agg(F.min("_ord").alias("_since")))
+    late = materialize(late)
     if not late.take(1):
         return None
     moved = landed.where((F.col("op") == "update") & F.col("before").isNotNull())
     moves = materialize(keyed_rows(moved, pk).where(F.col("_kind") == "move").select(*keys, *olds, "_ord"))
-    frontier, chain = materialize(late), [late.select(*keys)]
+    frontier, chain = late, [late.select(*keys)]
     for hop in range(MAX_CHAIN):
         step = (moves.join(frontier.select(*[F.col(k).alias(o) for k, o in zip(keys, olds)], "_since"), olds)
                 .where(F.col("_ord") > F.col("_since")).groupBy(*keys).agg(F.min("_ord").alias("_since")))
@@ -730,7 +729,8 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
         keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
     keyed = materialize(keyed)
     extra = None
-    if landed is not None:  # the same changes as the batch's: no truncate, none older than the last one
+    had_key_changes = _has_key_changes(spark, name)  # only then can a late change sit under a merged one
+    if landed is not None and had_key_changes:  # the same changes as the batch's: no truncate, none older than the last one
         replay_from = landed.where(F.col("op") != "truncate")
         if last_truncate is not None:
             replay_from = replay_from.where(F.struct(*_ORDER[:3]) > truncated_at)
@@ -744,7 +744,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
             keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
         keyed = materialize(keyed)
     moves = bool(keyed.where(F.col("_kind") == "move").take(1))
-    if moves and not _has_key_changes(spark, name):
+    if moves and not had_key_changes:
         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({T.sql_string(KEY_CHANGES_PROPERTY)}='true')")
     if moves:
         keyed = materialize(carry_over(spark, name, keyed, pk, types))
