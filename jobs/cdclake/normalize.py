@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from collections import namedtuple
-from decimal import Decimal
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 from cdclake.catalog import (BRONZE_TABLE, CONTROL_TABLE, QUARANTINE_TABLE, RAW_TABLE, REGISTRY_TABLE, ensure_namespace,
@@ -128,15 +127,24 @@ def check_change(c: ChangeRecord) -> None:
 def classify(parser, rows: Iterable) -> Iterator[tuple]:
     """Parse raw rows with one parser; yield ``(kind, row_tuple)`` with kind change/quarantine/control.
 
-    ``rows`` carry the raw table's columns. Never raises for bad input: a parser error or any
-    unexpected exception becomes a quarantine row whose reason names the record.
+    ``rows`` carry the raw table's columns (see :func:`classify_records` for the rest).
+    """
+    return classify_records(parser, (((r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms,
+                                       r.landed_hour), kafka_record(r)) for r in rows))
+
+
+def classify_records(parser, records: Iterable[tuple[tuple, KafkaRecord]]) -> Iterator[tuple]:
+    """Parse ``(kafka columns, KafkaRecord)`` pairs with one parser; yield ``(kind, row_tuple)``.
+
+    The Kafka columns are (kafka_topic, kafka_partition, kafka_offset, kafka_timestamp_ms,
+    landed_hour). Row tuples have the columns of ``_STAGED_SCHEMA`` (kind ``change``),
+    :data:`QUARANTINE_SCHEMA` or :data:`CONTROL_SCHEMA`. Never raises for bad input: a parser
+    error or any unexpected exception becomes a quarantine row whose reason names the record.
     """
     import datetime as dt
 
     fmt = parser.format_name
-    for r in rows:
-        kcols = (r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms, r.landed_hour)
-        rec = kafka_record(r)
+    for kcols, rec in records:
         try:
             result = parser.parse(rec)
             if isinstance(result, ControlRecord):
@@ -172,10 +180,11 @@ def _pairs(m: Optional[dict]) -> tuple:
 
 
 def bronze_row(c: ChangeRecord, kcols: tuple) -> tuple:
-    """A staged bronze row tuple (column order of ``_STAGED_SCHEMA``: maps as key/value arrays)."""
+    """A staged bronze row tuple (column order of ``_STAGED_SCHEMA``: maps as key/value arrays, the
+    position as a list of ints, which Arrow writes as ``decimal(38,0)`` exactly)."""
     return (c.source_format, c.source_database, c.source_schema, c.source_table, c.op, *_pairs(c.before),
-            *_pairs(c.after), list(c.primary_key), *_pairs(dict(c.column_types)),
-            [Decimal(x) for x in c.source_position], c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record) + kcols + (
+            *_pairs(c.after), list(c.primary_key), *_pairs(c.column_types),
+            list(c.source_position), c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record) + kcols + (
                 c.tx_last, c.tx_size)
 
 
@@ -221,12 +230,8 @@ _TAGGED_SCHEMA = ", ".join(f"{n} {t}" for n, t in _TAGGED.items())
 #: A raw table row with the attributes :func:`classify` reads (headers as :class:`Header`).
 RawRow = namedtuple("RawRow", "kafka_topic kafka_partition kafka_offset kafka_timestamp_ms landed_hour key value headers")
 Header = namedtuple("Header", "name value")
-
-
-def raw_row(d: dict) -> RawRow:
-    """The :class:`RawRow` of a raw table row given as a dict (a row of an Arrow batch)."""
-    return RawRow(d["kafka_topic"], d["kafka_partition"], d["kafka_offset"], d["kafka_timestamp_ms"],
-                  d["landed_hour"], d["key"], d["value"], [Header(h["name"], h["value"]) for h in d["headers"] or []])
+#: Where each kind's row tuple puts each column of :data:`_TAGGED` (absent: the kind has no such column).
+_SLOTS = {kind: {name: i for i, (name, _) in enumerate(cols)} for kind, cols in _OUTPUTS.items()}
 
 
 def tagged_arrow_schema():
@@ -237,34 +242,66 @@ def tagged_arrow_schema():
     return to_arrow_schema(_parse_datatype_string(_TAGGED_SCHEMA))
 
 
+def batch_records(batch) -> Iterator[tuple[tuple, KafkaRecord]]:
+    """The ``(kafka columns, KafkaRecord)`` pairs (:func:`classify_records`) of an Arrow batch of
+    the raw table (``cdclake.land.RAW_SCHEMA``), read column by column."""
+    cols = batch.to_pydict()
+    topics, parts, offsets, stamps, hours = (cols[n] for n in ("kafka_topic", "kafka_partition", "kafka_offset",
+                                                              "kafka_timestamp_ms", "landed_hour"))
+    for i, (key, value, headers) in enumerate(zip(cols["key"], cols["value"], cols["headers"])):
+        yield ((topics[i], parts[i], offsets[i], stamps[i], hours[i]),
+               KafkaRecord(topics[i], parts[i], offsets[i], stamps[i], key, value,
+                           [(h["name"], h["value"]) for h in headers] if headers else []))
+
+
+def tagged_batch(found: dict[str, list[tuple]], schema):
+    """One Arrow batch of ``schema`` (:func:`tagged_arrow_schema`) from the row tuples of each kind
+    (``{"change": [...], "quarantine": [...], "control": [...]}``), built column by column."""
+    import pyarrow as pa
+
+    columns = {kind: list(zip(*rows)) for kind, rows in found.items()}
+    arrays = []
+    for f in schema:
+        values: list = []
+        for kind, rows in found.items():
+            if f.name == "_kind":
+                values += [kind] * len(rows)
+            elif f.name in _SLOTS[kind] and rows:
+                values += columns[kind][_SLOTS[kind][f.name]]
+            else:
+                values += [None] * len(rows)
+        arrays.append(pa.array(values, type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def parse_batches(parsers: dict, schema, batches) -> Iterator:
     """``mapInArrow`` body: raw table Arrow batches in, Arrow batches of ``schema``
     (:func:`tagged_arrow_schema`) out.
 
-    Each record goes through :func:`classify` with its topic's parser; the rows cross between the
-    JVM and Python as Arrow columns, not pickled rows.
+    Each record goes through :func:`classify_records` with its topic's parser; the rows cross
+    between the JVM and Python as Arrow columns, not pickled rows, and leave grouped by kind.
+    Python's cyclic garbage collector is paused while a batch is parsed: the batch's rows are
+    many objects without cycles, freed by reference counting, and the collections they would set
+    off find nothing to free (they cost a quarter of the parse).
     """
-    import pyarrow as pa
+    import gc
 
-    position = {n: i for i, n in enumerate(_TAGGED)}
-    slots = {kind: [position[n] for n, _ in cols] for kind, cols in _OUTPUTS.items()}
-    width = len(_TAGGED)
     for batch in batches:
-        by_topic: dict[str, list] = {}
-        for d in batch.to_pylist():
-            r = raw_row(d)
-            by_topic.setdefault(r.kafka_topic, []).append(r)
-        out = []
-        for topic, rs in by_topic.items():
-            for kind, row in classify(parsers[topic], rs):
-                wide = [None] * width
-                wide[0] = kind
-                for i, v in zip(slots[kind], row):
-                    wide[i] = v
-                out.append(wide)
-        columns = list(zip(*out)) if out else [[] for _ in range(width)]
-        yield pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)],
-                                         schema=schema)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            by_topic: dict[str, list] = {}
+            for item in batch_records(batch):
+                by_topic.setdefault(item[0][0], []).append(item)
+            found: dict[str, list[tuple]] = {"change": [], "quarantine": [], "control": []}
+            for topic, items in by_topic.items():
+                for kind, row in classify_records(parsers[topic], items):
+                    found[kind].append(row)
+            out = tagged_batch(found, schema)
+        finally:
+            if enabled:
+                gc.enable()
+        yield out
 
 
 def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, dict[str, int]]:

@@ -20,7 +20,7 @@ key deletes whose images lack the key.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats._common import (
     SourceOptions,
@@ -30,6 +30,7 @@ from cdclake.formats._common import (
     load_json,
     read_key,
     resolve_primary_key,
+    text_converter,
 )
 from cdclake.positions import as_element
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
@@ -87,6 +88,37 @@ def canal_text(value: Any, ctype: Optional[str]) -> Optional[str]:
     return coerce_text(value, ctype) if ctype else to_text(value)
 
 
+def canal_converter(ctype: Optional[str]) -> Callable[[Any], Optional[str]]:
+    """:func:`canal_text` for one type as a function of the value (same results and errors)."""
+    if ctype == "binary":
+        binary = text_converter("binary")
+        return lambda v: to_text(v.encode("latin-1")) if isinstance(v, str) else binary(v)
+    return text_converter(ctype) if ctype else to_text
+
+
+class _TablePlan:
+    """What :class:`CanalJsonParser` derives from one table's ``mysqlType`` and options, made once.
+
+    ``types`` (column → canonical type: ``mysqlType``, then the configured ``column_types``),
+    ``key_override`` (the configured key or None) and :meth:`convert` (column, value → canonical
+    text), with one converter per column.
+    """
+
+    def __init__(self, options: SourceOptions, mysql_types: Mapping, database: Optional[str], table: str):
+        self.types = {str(col): mysql_type(t) for col, t in mysql_types.items()}
+        for col, ctype in options.column_types(database, None, table).items():
+            self.types.setdefault(col, ctype)
+        self.key_override = options.key_override(database, None, table)
+        self._converters: dict[str, Callable[[Any], Optional[str]]] = {}
+
+    def convert(self, col: str, value: Any) -> Optional[str]:
+        """Canonical text of ``value`` in column ``col`` (``ValueError`` when it does not fit)."""
+        conv = self._converters.get(col)
+        if conv is None:
+            conv = self._converters[col] = canal_converter(self.types.get(col))
+        return conv(value)
+
+
 def _element(value: Any, field_name: str) -> int:
     """A non-negative integer message field; :class:`ParseError` naming the field otherwise."""
     try:
@@ -107,9 +139,32 @@ class CanalJsonParser:
     """
 
     format_name = FORMAT
+    #: Table plans kept per parser (one per table and ``mysqlType``); past that, made per record.
+    MAX_PLANS = 4096
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None):
         self.options = SourceOptions(options or {})
+        self._plans: dict[tuple, _TablePlan] = {}
+
+    def __getstate__(self) -> dict:  # shipped to Spark tasks without what it learned
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.options = state["options"]
+        self._plans = {}
+
+    def _plan(self, mysql_types: dict, database: Optional[str], table: str) -> _TablePlan:
+        """The table plan of ``mysql_types`` for ``database.table`` (kept per distinct pair)."""
+        try:
+            key = (database, table, tuple(mysql_types.items()))
+            plan = self._plans.get(key)
+        except TypeError:  # a malformed mysqlType entry (an object or array): not kept
+            return _TablePlan(self.options, mysql_types, database, table)
+        if plan is None:
+            plan = _TablePlan(self.options, mysql_types, database, table)
+            if len(self._plans) < self.MAX_PLANS:
+                self._plans[key] = plan
+        return plan
 
     def parse(self, record: KafkaRecord) -> ParseResult:
         """Parse one Kafka record (see the class docstring for results and errors)."""
@@ -131,13 +186,12 @@ class CanalJsonParser:
         es, msg_id = _element(msg.get("es"), "es"), _element(msg.get("id") or 0, "id")
 
         mysql_types = msg.get("mysqlType") if isinstance(msg.get("mysqlType"), dict) else {}
-        types = {str(col): mysql_type(t) for col, t in mysql_types.items()}
-        for col, ctype in self.options.column_types(database, None, table).items():
-            types.setdefault(col, ctype)
+        plan = self._plan(mysql_types, database, table)
+        types, convert = plan.types, plan.convert
         pk_names = msg.get("pkNames")
         key = read_key(record.key)
         primary_key = resolve_primary_key(
-            FORMAT, self.options.key_override(database, None, table),
+            FORMAT, plan.key_override,
             [str(c) for c in pk_names] if isinstance(pk_names, list) else None,
             list(key[0]) if key else None, required=event != "TRUNCATE")
 
@@ -150,9 +204,6 @@ class CanalJsonParser:
         if event == "TRUNCATE":
             return [change("truncate", 0, None, None)]
         op = ROW_TYPES[event]
-
-        def convert(col: str, value: Any) -> Optional[str]:
-            return canal_text(value, types.get(col))
 
         data, old, rows_field = msg.get("data"), msg.get("old"), "data"
         if op == "delete" and data is None and isinstance(old, list):

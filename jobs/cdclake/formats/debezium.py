@@ -21,21 +21,22 @@ a schema (numbers given for a ``timestamp`` column are read as epoch millisecond
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from decimal import Decimal
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats._common import (
     ABSENT,
+    EnvelopeReader,
     SourceOptions,
     coerce_text,
     convert_image,
     epoch_timestamp,
     key_delete_image,
-    load_json,
     read_key,
     resolve_primary_key,
-    unwrap_envelope,
+    text_converter,
 )
 from cdclake.positions import as_element, binlog_file_number, optional_int, pg_lsn
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
@@ -44,6 +45,7 @@ from cdclake.types import normalize_type, to_text
 FORMAT = "debezium-json"
 OPS = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot", "t": "truncate"}
 
+EPOCH = dt.datetime(1970, 1, 1)
 #: PostgreSQL TOAST placeholder (``unavailable.value.placeholder``), as text and as Base64 bytes.
 TOAST_PLACEHOLDERS = ("__debezium_unavailable_value", base64.b64encode(b"__debezium_unavailable_value").decode())
 
@@ -137,6 +139,91 @@ def connect_text(value: Any, schema: Mapping[str, Any]) -> Optional[str]:
     if name in TIME_UNITS and isinstance(value, int):
         return time_text(value, TIME_UNITS[name])
     return coerce_text(value, ctype)
+
+
+def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str]]:
+    """:func:`connect_text` for one field schema as a function of the value:
+    ``connect_converter(s)(v) == connect_text(v, s)`` for every value, errors included.
+
+    The schema is read once, when the function is made (it must not change afterwards): the
+    values a connector sends for it (Base64 text for ``Decimal``, integers for the epoch-based
+    temporal types, what :func:`cdclake.formats._common.text_converter` reads directly for the
+    others) take a direct path, anything else goes through :func:`connect_text`.
+    """
+    try:
+        name = schema.get("name")
+        text = text_converter(connect_type(schema))
+        scale = int((schema.get("parameters") or {}).get("scale", 0)) if name == DECIMAL else 0
+    except Exception:  # connect_text raises what this schema makes it raise, value by value
+        return lambda v: connect_text(v, schema)
+    if name == DECIMAL:
+        def decimal(v: Any) -> Optional[str]:
+            if type(v) is str:
+                try:
+                    unscaled = int.from_bytes(base64.b64decode(v, validate=True), "big", signed=True)
+                except ValueError:
+                    return connect_text(v, schema)
+                return text(format(Decimal(unscaled).scaleb(-scale), "f"))
+            return connect_text(v, schema)
+        return decimal
+    if name in TIMESTAMP_UNITS:
+        units = TIMESTAMP_UNITS[name]
+
+        def timestamp(v: Any) -> Optional[str]:
+            if type(v) is int:
+                try:
+                    return (EPOCH + dt.timedelta(microseconds=v * 10**6 // units)).isoformat(sep=" ")
+                except (ValueError, TypeError, ArithmeticError):
+                    pass
+            return connect_text(v, schema)
+        return timestamp
+    if name in TIME_UNITS:
+        units = TIME_UNITS[name]
+        return lambda v: time_text(v, units) if type(v) is int else connect_text(v, schema)
+    if name == VARIABLE_SCALE_DECIMAL:
+        return lambda v: connect_text(v, schema)
+    return text
+
+
+def _is_toast(value: Any) -> bool:
+    """Whether ``value`` is PostgreSQL's TOAST placeholder (a column the connector did not send)."""
+    return value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value)
+
+
+class _TablePlan:
+    """What :class:`DebeziumJsonParser` derives from one envelope schema for one table, made once.
+
+    ``col_schemas`` (column → Connect field schema), ``types`` (column → canonical type: the
+    schema's, then the configured ``column_types``), ``key_override`` (the configured key or
+    None) and :meth:`convert` (column, JSON value → canonical text or :data:`ABSENT`), with one
+    converter per column, made on first use.
+    """
+
+    def __init__(self, options: SourceOptions, schema: Optional[dict], database: Optional[str],
+                 schema_name: Optional[str], table: str):
+        self.col_schemas = _image_schemas(schema)
+        self.types = {col: connect_type(s) for col, s in self.col_schemas.items()}
+        for col, ctype in options.column_types(database, schema_name, table).items():
+            self.types.setdefault(col, ctype)
+        self.key_override = options.key_override(database, schema_name, table)
+        self._converters: dict[str, Callable[[Any], Any]] = {}
+
+    def convert(self, col: str, value: Any) -> Any:
+        """Canonical text of ``value`` in column ``col``, or :data:`ABSENT` for the TOAST
+        placeholder (``ValueError`` when it does not fit)."""
+        conv = self._converters.get(col)
+        if conv is None:
+            if col in self.col_schemas:
+                conv = connect_converter(self.col_schemas[col])
+            elif col in self.types:
+                conv = text_converter(self.types[col])
+            else:
+                conv = to_text
+            self._converters[col] = conv
+        # _is_toast, inline: this runs for every value
+        if value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value):
+            return ABSENT
+        return conv(value)
 
 
 def _image_schemas(schema: Optional[dict]) -> dict[str, dict]:
@@ -251,15 +338,27 @@ class DebeziumJsonParser:
     """
 
     format_name = FORMAT
+    #: Table plans kept per parser (one per envelope schema and table); past that, made per record.
+    MAX_PLANS = 4096
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None):
         self.options = SourceOptions(options or {})
+        self._reader = EnvelopeReader(FORMAT)
+        self._plans: dict[tuple, _TablePlan] = {}
+
+    def __getstate__(self) -> dict:  # shipped to Spark tasks without what it learned
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.options = state["options"]
+        self._reader = EnvelopeReader(FORMAT)
+        self._plans = {}
 
     def parse(self, record: KafkaRecord) -> ParseResult:
         """Parse one Kafka record (see the class docstring for results and errors)."""
         if not record.value:
             return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        payload, schema = unwrap_envelope(load_json(FORMAT, record.value))
+        payload, schema, envelope = self._reader.load(record.value)
         if payload is None:
             return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
         if not isinstance(payload, dict):
@@ -279,10 +378,24 @@ class DebeziumJsonParser:
             return ControlRecord("metadata", FORMAT, source.get("db"), source.get("schema"), source.get("table"))
         if not isinstance(op, str) or op not in OPS:
             raise ParseError(FORMAT, f"unknown operation {op!r} (expected one of c, u, d, r, t, m)", "op")
-        return [self._change(record, payload, schema, source, OPS[op])]
+        return [self._change(record, payload, schema, envelope, source, OPS[op])]
+
+    def _plan(self, envelope: Optional[int], schema: Optional[dict], database: Optional[str],
+              schema_name: Optional[str], table: str) -> _TablePlan:
+        """The table plan of ``schema`` (kept when the schema is a known envelope's, or none)."""
+        if envelope is None and schema is not None:
+            return _TablePlan(self.options, schema, database, schema_name, table)
+        key = (envelope, database, schema_name, table)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = _TablePlan(self.options, schema, database, schema_name, table)
+            if len(self._plans) < self.MAX_PLANS:
+                self._plans[key] = plan
+        return plan
 
     def _change(
-        self, record: KafkaRecord, payload: dict, schema: Optional[dict], source: dict, kind: str
+        self, record: KafkaRecord, payload: dict, schema: Optional[dict], envelope: Optional[int], source: dict,
+        kind: str
     ) -> ChangeRecord:
         table = source.get("table")
         if not isinstance(table, str) or not table:
@@ -293,19 +406,12 @@ class DebeziumJsonParser:
         raw_before, raw_after = payload.get("before"), payload.get("after")
         hbase = lindorm and any(isinstance(img, dict) and "ROW" in img for img in (raw_before, raw_after))
 
-        col_schemas = _image_schemas(schema)
-        types = {col: connect_type(s) for col, s in col_schemas.items()}
-        for col, ctype in self.options.column_types(database, schema_name, table).items():
-            types.setdefault(col, ctype)
+        plan = self._plan(envelope, schema, database, schema_name, table)
+        col_schemas, types, convert = plan.col_schemas, plan.types, plan.convert
         if hbase:
             types = {col: "binary" for img in (raw_before, raw_after) if isinstance(img, dict) for col in img}
-
-        def convert(col: str, value: Any) -> Any:
-            if value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value):
-                return ABSENT
-            if col in col_schemas and not hbase:
-                return connect_text(value, col_schemas[col])
-            return coerce_text(value, types[col]) if col in types else to_text(value)
+            binary = text_converter("binary")
+            convert = lambda col, value: ABSENT if _is_toast(value) else binary(value)  # noqa: E731  (HBase: all bytes)
 
         before = convert_image(FORMAT, raw_before, convert, "before")
         after = convert_image(FORMAT, raw_after, convert, "after")
@@ -318,7 +424,7 @@ class DebeziumJsonParser:
         unique = payload.get("unique")
         carried = ["ROW"] if hbase else (list(unique) if isinstance(unique, dict) and unique else None)
         primary_key = resolve_primary_key(
-            FORMAT, self.options.key_override(database, schema_name, table), carried,
+            FORMAT, plan.key_override, carried,
             list(key[0]) if key else None, required=kind != "truncate")
         if kind == "delete":
             before = key_delete_image(FORMAT, primary_key, before, _key_text(key, col_schemas, types),
@@ -339,7 +445,7 @@ class DebeziumJsonParser:
             before=before,
             after=after,
             primary_key=primary_key,
-            column_types=types,
+            column_types=dict(types),
             source_position=source_position(source, payload),
             source_ts_ms=_int_field(ts, "source.ts_ms"),
             tx_id=None if tx_id is None else str(tx_id),
