@@ -273,3 +273,21 @@ def test_quarantine_reasons_are_unchanged_by_the_envelope_path(debezium_messages
         parser.parse(KafkaRecord("t", 0, 1, 0, key, bad))
     with pytest.raises(ParseError, match="not valid JSON"):
         parser.parse(KafkaRecord("t", 0, 2, 0, key, value[:-1] + b',"payload":{"op":"x"}'))
+
+
+@pytest.mark.parametrize("tag", ["arcion", "cdl"])
+def test_other_connect_parsers_with_kept_envelopes_equal_a_new_one(tag):
+    """Arcion and CDL read their Connect envelopes through the same reader."""
+    from cdclake.sim.wire import WIRE_FORMATS
+
+    wf = next(w for w in WIRE_FORMATS if w.tag == tag)
+    pairs = _simulated(wf.render)
+    options = dict(wf.options.get("options") or {})
+    value = next(v for _, v in pairs if v)
+    odd = [value + b" x", value[:-1] + b',"payload":null}', value.replace(b'"payload":', b'"payload": ', 1)]
+    records = _krecords(pairs + [(None, v) for v in odd])
+    _compare_parsers(wf.format, records, options)
+    parser = get_parser(wf.format, options)
+    for r in records:
+        outcome(parser.parse, r)
+    assert parser._reader._known, "the simulated messages are read through kept envelopes"

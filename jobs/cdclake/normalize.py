@@ -321,24 +321,26 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
     arrow_schema = tagged_arrow_schema()
     tagged = raw.mapInArrow(lambda batches: parse_batches(parsers, arrow_schema, batches), _TAGGED_SCHEMA)
     tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+    kind = F.col("_kind")
+    stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
     try:
-        for kind, (name, _schema) in zip(("change", "quarantine", "control"), _TABLES):
-            part = tagged.where(F.col("_kind") == kind).select(*[n for n, _ in _OUTPUTS[kind]])
-            frame = _bronze_frame(part) if kind == "change" else part
+        for k, (name, _schema) in zip(("change", "quarantine", "control"), _TABLES):
+            part = tagged.where(kind == k).select(*[n for n, _ in _OUTPUTS[k]])
+            frame = _bronze_frame(part) if k == "change" else part
             frame.writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
+        # counted from what was written (the normalize gate counts the tables again, apart)
+        for r in tagged.groupBy("kafka_topic").agg(
+                F.countDistinct("kafka_partition", "kafka_offset").alias("raw"),
+                *[F.count(F.when(kind == k, 1)).alias(n)
+                  for k, n in (("change", "changes"), ("quarantine", "quarantined"), ("control", "control"))]).collect():
+            stats[r["kafka_topic"]] = {n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")}
+        for t, s in stats.items():
+            log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
+                     t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
+            if s["quarantined"]:
+                for q in (tagged.where((kind == "quarantine") & (F.col("kafka_topic") == t))
+                          .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
+                    log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
     finally:
         tagged.unpersist()
-
-    stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
-    for key, table in (("raw", RAW_TABLE), ("changes", BRONZE_TABLE), ("quarantined", QUARANTINE_TABLE), ("control", CONTROL_TABLE)):
-        for r in (spark.table(qualified(cfg, table)).where(window_filter(window, topics))
-                  .groupBy("kafka_topic").agg(F.count("*").alias("n")).collect()):
-            stats[r["kafka_topic"]][key] = int(r["n"])
-    for t, s in stats.items():
-        log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
-                 t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
-        if s["quarantined"]:
-            for q in (spark.table(qualified(cfg, QUARANTINE_TABLE)).where(window_filter(window, [t]))
-                      .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
-                log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
     return stats

@@ -139,6 +139,51 @@ class EnvelopeReader:
         return envelope
 
 
+class LearningParser:
+    """Base of the JSON parsers that keep what they learn from a topic's records.
+
+    ``options`` (:class:`SourceOptions`), an :class:`EnvelopeReader` for the format's values and
+    the kept table plans (:meth:`kept`): what a parser derives once per envelope schema and table
+    instead of once per record. What it learnt is dropped when the parser is pickled (shipped to a
+    Spark task): each copy learns again from the records it reads, with the same results.
+    Subclasses set ``format_name``.
+    """
+
+    format_name: str
+    #: Table plans kept per parser; past that, plans are made per record.
+    MAX_PLANS = 4096
+
+    def __init__(self, options: Optional[Mapping[str, Any]] = None):
+        self.options = SourceOptions(options or {})
+        self._forget()
+
+    def _forget(self) -> None:
+        self._reader = EnvelopeReader(self.format_name)
+        self._plans: dict = {}
+
+    def __getstate__(self) -> dict:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.options = state["options"]
+        self._forget()
+
+    def kept(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The plan kept under ``key``, made by ``make()`` on first use (``key`` None, or not
+        hashable: made every time, not kept)."""
+        if key is None:
+            return make()
+        try:
+            plan = self._plans.get(key)
+        except TypeError:
+            return make()
+        if plan is None:
+            plan = make()
+            if len(self._plans) < self.MAX_PLANS:
+                self._plans[key] = plan
+        return plan
+
+
 def read_key(raw: Optional[bytes]) -> Optional[tuple[dict, Optional[dict]]]:
     """Read a Kafka key holding a JSON object: ``(column → JSON value, Connect schema or None)``.
 

@@ -53,11 +53,10 @@ import json
 from typing import Any, Mapping, Optional
 
 from cdclake.formats._common import (
-    SourceOptions,
+    LearningParser,
     coerce_text,
     convert_image,
     key_delete_image,
-    load_json,
     resolve_primary_key,
     unwrap_envelope,
 )
@@ -197,7 +196,7 @@ def _image(payload: Mapping[str, Any], name: str) -> Any:
 
 
 @register(FORMAT)
-class ArcionJsonParser:
+class ArcionJsonParser(LearningParser):
     """Parser of ``arcion-json`` records: ``ArcionJsonParser(options).parse(KafkaRecord)``.
 
     Returns one :class:`ChangeRecord` in a list, or a ``tombstone`` :class:`ControlRecord` for a
@@ -213,14 +212,11 @@ class ArcionJsonParser:
 
     format_name = FORMAT
 
-    def __init__(self, options: Optional[Mapping[str, Any]] = None):
-        self.options = SourceOptions(options or {})
-
     def parse(self, record: KafkaRecord) -> ParseResult:
         """Parse one Kafka record (see the class docstring for results and errors)."""
         if _is_null_marker(record.value):
             return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        payload, schema = unwrap_envelope(load_json(FORMAT, record.value))
+        payload, schema, _ = self._reader.load(record.value)
         if payload is None:
             return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
         if not isinstance(payload, dict):

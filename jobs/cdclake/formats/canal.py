@@ -23,6 +23,7 @@ import re
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats._common import (
+    LearningParser,
     SourceOptions,
     coerce_text,
     convert_image,
@@ -128,7 +129,7 @@ def _element(value: Any, field_name: str) -> int:
 
 
 @register(FORMAT)
-class CanalJsonParser:
+class CanalJsonParser(LearningParser):
     """Parser of ``canal-json`` records: ``CanalJsonParser(options).parse(KafkaRecord)``.
 
     Returns a list of :class:`ChangeRecord` (one per row of ``data``), or a :class:`ControlRecord`
@@ -139,32 +140,6 @@ class CanalJsonParser:
     """
 
     format_name = FORMAT
-    #: Table plans kept per parser (one per table and ``mysqlType``); past that, made per record.
-    MAX_PLANS = 4096
-
-    def __init__(self, options: Optional[Mapping[str, Any]] = None):
-        self.options = SourceOptions(options or {})
-        self._plans: dict[tuple, _TablePlan] = {}
-
-    def __getstate__(self) -> dict:  # shipped to Spark tasks without what it learned
-        return {"options": self.options}
-
-    def __setstate__(self, state: dict) -> None:
-        self.options = state["options"]
-        self._plans = {}
-
-    def _plan(self, mysql_types: dict, database: Optional[str], table: str) -> _TablePlan:
-        """The table plan of ``mysql_types`` for ``database.table`` (kept per distinct pair)."""
-        try:
-            key = (database, table, tuple(mysql_types.items()))
-            plan = self._plans.get(key)
-        except TypeError:  # a malformed mysqlType entry (an object or array): not kept
-            return _TablePlan(self.options, mysql_types, database, table)
-        if plan is None:
-            plan = _TablePlan(self.options, mysql_types, database, table)
-            if len(self._plans) < self.MAX_PLANS:
-                self._plans[key] = plan
-        return plan
 
     def parse(self, record: KafkaRecord) -> ParseResult:
         """Parse one Kafka record (see the class docstring for results and errors)."""
@@ -186,7 +161,8 @@ class CanalJsonParser:
         es, msg_id = _element(msg.get("es"), "es"), _element(msg.get("id") or 0, "id")
 
         mysql_types = msg.get("mysqlType") if isinstance(msg.get("mysqlType"), dict) else {}
-        plan = self._plan(mysql_types, database, table)
+        plan = self.kept((database, table, tuple(mysql_types.items())),
+                         lambda: _TablePlan(self.options, mysql_types, database, table))
         types, convert = plan.types, plan.convert
         pk_names = msg.get("pkNames")
         key = read_key(record.key)

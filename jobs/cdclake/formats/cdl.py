@@ -53,14 +53,12 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping, Optional
 
 from cdclake.formats._common import (
-    SourceOptions,
+    LearningParser,
     coerce_text,
     convert_image,
     key_delete_image,
-    load_json,
     read_key,
     resolve_primary_key,
-    unwrap_envelope,
 )
 from cdclake.formats.debezium import connect_text, connect_type
 from cdclake.positions import MAX_ELEMENT, as_element, pg_lsn
@@ -209,7 +207,7 @@ def _heartbeat(payload: Mapping[str, Any]) -> Optional[ControlRecord]:
 
 
 @register(FORMAT)
-class CdlJsonParser:
+class CdlJsonParser(LearningParser):
     """Parser of ``cdl-json`` records: ``CdlJsonParser(options).parse(KafkaRecord)``.
 
     Returns one :class:`ChangeRecord` in a list, or a :class:`ControlRecord` for a Kafka tombstone
@@ -225,14 +223,11 @@ class CdlJsonParser:
 
     format_name = FORMAT
 
-    def __init__(self, options: Optional[Mapping[str, Any]] = None):
-        self.options = SourceOptions(options or {})
-
     def parse(self, record: KafkaRecord) -> ParseResult:
         """Parse one Kafka record (see the class docstring for results and errors)."""
         if not record.value:
             return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        payload, schema = unwrap_envelope(load_json(FORMAT, record.value))
+        payload, schema, _ = self._reader.load(record.value)
         if payload is None:
             return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
         if not isinstance(payload, dict):

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats._common import (
     ABSENT,
-    EnvelopeReader,
+    LearningParser,
     SourceOptions,
     coerce_text,
     convert_image,
@@ -326,7 +326,7 @@ def _control(payload: Mapping[str, Any], source: Mapping[str, Any]) -> Optional[
 
 
 @register(FORMAT)
-class DebeziumJsonParser:
+class DebeziumJsonParser(LearningParser):
     """Parser of ``debezium-json`` records: ``DebeziumJsonParser(options).parse(KafkaRecord)``.
 
     Returns one :class:`ChangeRecord` in a list, or a :class:`ControlRecord` for a tombstone
@@ -338,21 +338,6 @@ class DebeziumJsonParser:
     """
 
     format_name = FORMAT
-    #: Table plans kept per parser (one per envelope schema and table); past that, made per record.
-    MAX_PLANS = 4096
-
-    def __init__(self, options: Optional[Mapping[str, Any]] = None):
-        self.options = SourceOptions(options or {})
-        self._reader = EnvelopeReader(FORMAT)
-        self._plans: dict[tuple, _TablePlan] = {}
-
-    def __getstate__(self) -> dict:  # shipped to Spark tasks without what it learned
-        return {"options": self.options}
-
-    def __setstate__(self, state: dict) -> None:
-        self.options = state["options"]
-        self._reader = EnvelopeReader(FORMAT)
-        self._plans = {}
 
     def parse(self, record: KafkaRecord) -> ParseResult:
         """Parse one Kafka record (see the class docstring for results and errors)."""
@@ -380,19 +365,6 @@ class DebeziumJsonParser:
             raise ParseError(FORMAT, f"unknown operation {op!r} (expected one of c, u, d, r, t, m)", "op")
         return [self._change(record, payload, schema, envelope, source, OPS[op])]
 
-    def _plan(self, envelope: Optional[int], schema: Optional[dict], database: Optional[str],
-              schema_name: Optional[str], table: str) -> _TablePlan:
-        """The table plan of ``schema`` (kept when the schema is a known envelope's, or none)."""
-        if envelope is None and schema is not None:
-            return _TablePlan(self.options, schema, database, schema_name, table)
-        key = (envelope, database, schema_name, table)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = _TablePlan(self.options, schema, database, schema_name, table)
-            if len(self._plans) < self.MAX_PLANS:
-                self._plans[key] = plan
-        return plan
-
     def _change(
         self, record: KafkaRecord, payload: dict, schema: Optional[dict], envelope: Optional[int], source: dict,
         kind: str
@@ -406,7 +378,9 @@ class DebeziumJsonParser:
         raw_before, raw_after = payload.get("before"), payload.get("after")
         hbase = lindorm and any(isinstance(img, dict) and "ROW" in img for img in (raw_before, raw_after))
 
-        plan = self._plan(envelope, schema, database, schema_name, table)
+        # kept per envelope and table (messages without a schema: per table)
+        plan = self.kept(None if envelope is None and schema is not None else (envelope, database, schema_name, table),
+                         lambda: _TablePlan(self.options, schema, database, schema_name, table))
         col_schemas, types, convert = plan.col_schemas, plan.types, plan.convert
         if hbase:
             types = {col: "binary" for img in (raw_before, raw_after) if isinstance(img, dict) for col in img}
