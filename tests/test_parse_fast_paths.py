@@ -291,3 +291,17 @@ def test_other_connect_parsers_with_kept_envelopes_equal_a_new_one(tag):
     for r in records:
         outcome(parser.parse, r)
     assert parser._reader._known, "the simulated messages are read through kept envelopes"
+
+
+def test_read_key_with_a_kept_envelope_reader_equals_a_whole_read(debezium_messages):
+    from cdclake.formats._common import read_key
+
+    keys = [k for k, _ in debezium_messages if k]
+    odd = [keys[0] + b"x", keys[0][:-1], b"[1]", b"5", b"null", b'{"schema":null,"payload":{}}', b"\xff",
+           keys[0].replace(b'"payload":', b'"payload":[1],"x":', 1), b"", None]
+    reader = EnvelopeReader("debezium-json")
+    for k in keys:
+        read_key(k, reader)
+    assert reader._known
+    for k in keys + odd:
+        assert outcome(read_key, k, reader) == outcome(read_key, k), k

@@ -318,6 +318,11 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
     raw = spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
     parsers = register_schemas(spark, cfg, raw, parsers)
 
+    # The raw hour of a topic is often one small file (values compress well), which Spark reads in
+    # one task: spread the records over every core, as the parsers are the stage's main work.
+    cores = spark.sparkContext.defaultParallelism
+    if raw.rdd.getNumPartitions() < cores:
+        raw = raw.repartition(cores)
     arrow_schema = tagged_arrow_schema()
     tagged = raw.mapInArrow(lambda batches: parse_batches(parsers, arrow_schema, batches), _TAGGED_SCHEMA)
     tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)

@@ -143,7 +143,7 @@ class LearningParser:
     """Base of the JSON parsers that keep what they learn from a topic's records.
 
     ``options`` (:class:`SourceOptions`), an :class:`EnvelopeReader` for the format's values and
-    the kept table plans (:meth:`kept`): what a parser derives once per envelope schema and table
+    one for its Kafka keys (:func:`read_key`), the kept table plans (:meth:`kept`): what a parser derives once per envelope schema and table
     instead of once per record. What it learnt is dropped when the parser is pickled (shipped to a
     Spark task): each copy learns again from the records it reads, with the same results.
     Subclasses set ``format_name``.
@@ -159,6 +159,7 @@ class LearningParser:
 
     def _forget(self) -> None:
         self._reader = EnvelopeReader(self.format_name)
+        self._key_reader = EnvelopeReader(self.format_name)
         self._plans: dict = {}
 
     def __getstate__(self) -> dict:
@@ -184,20 +185,27 @@ class LearningParser:
         return plan
 
 
-def read_key(raw: Optional[bytes]) -> Optional[tuple[dict, Optional[dict]]]:
+def read_key(raw: Optional[bytes], reader: Optional[EnvelopeReader] = None) -> Optional[tuple[dict, Optional[dict]]]:
     """Read a Kafka key holding a JSON object: ``(column → JSON value, Connect schema or None)``.
 
     Accepts ``{"schema": ..., "payload": {col: v}}`` and the plain ``{col: v}``; the column order
     is the key's. Returns None for a missing key or one that is not a JSON object (such keys are
-    simply not used), never raises.
+    simply not used), never raises. With ``reader`` (an :class:`EnvelopeReader` kept for the
+    topic's keys), keys with a known envelope have only their payload decoded.
     """
     if not raw:
         return None
-    try:
-        obj = json.loads(raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    payload, schema = unwrap_envelope(obj)
+    if reader is not None and isinstance(raw, bytes):
+        try:
+            payload, schema, _ = reader.load(raw)
+        except ParseError:
+            return None
+    else:
+        try:
+            obj = json.loads(raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        payload, schema = unwrap_envelope(obj)
     if not isinstance(payload, dict) or not payload:
         return None
     return payload, schema

@@ -165,7 +165,7 @@ class CanalJsonParser(LearningParser):
                          lambda: _TablePlan(self.options, mysql_types, database, table))
         types, convert = plan.types, plan.convert
         pk_names = msg.get("pkNames")
-        key = read_key(record.key)
+        key = read_key(record.key, self._key_reader)
         primary_key = resolve_primary_key(
             FORMAT, plan.key_override,
             [str(c) for c in pk_names] if isinstance(pk_names, list) else None,

@@ -288,7 +288,7 @@ class CdlJsonParser(LearningParser):
         unique = payload.get("unique")
         if unique is not None and not isinstance(unique, dict):
             raise ParseError(FORMAT, f"unique is a JSON {type(unique).__name__}, not an object", "unique")
-        key = read_key(record.key)
+        key = read_key(record.key, self._key_reader)
         primary_key = resolve_primary_key(
             FORMAT, self.options.key_override(None, owner, table), list(unique) if unique else None,
             list(key[0]) if key else None)

@@ -40,7 +40,7 @@ from cdclake.formats._common import (
 )
 from cdclake.positions import as_element, binlog_file_number, optional_int, pg_lsn
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
-from cdclake.types import normalize_type, to_text
+from cdclake.types import decimal_precision_scale, normalize_type, to_text
 
 FORMAT = "debezium-json"
 OPS = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot", "t": "truncate"}
@@ -141,6 +141,9 @@ def connect_text(value: Any, schema: Mapping[str, Any]) -> Optional[str]:
     return coerce_text(value, ctype)
 
 
+_DIRECT_LIMIT = 10**28
+
+
 def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str]]:
     """:func:`connect_text` for one field schema as a function of the value:
     ``connect_converter(s)(v) == connect_text(v, s)`` for every value, errors included.
@@ -157,12 +160,23 @@ def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str
     except Exception:  # connect_text raises what this schema makes it raise, value by value
         return lambda v: connect_text(v, schema)
     if name == DECIMAL:
+        # digits written directly when the column's type keeps the message's scale and the value
+        # fits Python's default decimal precision (28 digits), where Decimal.scaleb is exact
+        typed = decimal_precision_scale(connect_type(schema))
+        direct = typed is not None and typed[1] == scale >= 0
+        unit = 10 ** max(scale, 0)
+
         def decimal(v: Any) -> Optional[str]:
             if type(v) is str:
                 try:
                     unscaled = int.from_bytes(base64.b64decode(v, validate=True), "big", signed=True)
                 except ValueError:
                     return connect_text(v, schema)
+                if direct and -_DIRECT_LIMIT < unscaled < _DIRECT_LIMIT:
+                    if not scale:
+                        return str(unscaled)
+                    whole, fraction = divmod(abs(unscaled), unit)
+                    return f"{'-' if unscaled < 0 else ''}{whole}.{fraction:0{scale}d}"
                 return text(format(Decimal(unscaled).scaleb(-scale), "f"))
             return connect_text(v, schema)
         return decimal
@@ -394,7 +408,7 @@ class DebeziumJsonParser(LearningParser):
         if kind in ("insert", "snapshot", "update") and after is None:
             raise ParseError(FORMAT, f"{kind} has no after image", "after")
 
-        key = read_key(record.key)
+        key = read_key(record.key, self._key_reader)
         unique = payload.get("unique")
         carried = ["ROW"] if hbase else (list(unique) if isinstance(unique, dict) and unique else None)
         primary_key = resolve_primary_key(
