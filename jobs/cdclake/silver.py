@@ -122,13 +122,6 @@ def _table_exists(spark: "SparkSession", name: str) -> bool:
         raise
 
 
-def _order_key(o) -> tuple:
-    """Python sort key of an order struct ``(source_position, kafka_partition, kafka_offset,
-    row_in_record)`` as collected, sorting as Spark sorts it (nulls first, arrays element by
-    element, a prefix before a longer array)."""
-    return tuple((x is not None, list(x) if isinstance(x, list) else x) if x is not None else (False, 0) for x in o)
-
-
 def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
     """Primary key (of the latest change) and column types (widened over the batch), in source order.
 
@@ -138,18 +131,17 @@ def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
     """
     from pyspark.sql import functions as F
 
-    # small aggregates, ordered on the driver (a Spark sort would add a sampling job each)
-    order = F.struct(*_ORDER)
-    latest = changes.agg(F.max_by("primary_key", order).alias("pk")).first()
-    pk = list(latest["pk"] or [])
-    typed = sorted(changes.select(F.explode("column_types").alias("c", "t"), order.alias("o")).groupBy("c", "t")
-                   .agg(F.max("o").alias("o")).collect(), key=lambda r: _order_key(r["o"]))
+    latest = changes.orderBy(*[F.col(c).desc() for c in _ORDER]).select("primary_key").first()
+    pk = list(latest["primary_key"] or [])
+    typed = (changes.select(F.explode("column_types").alias("c", "t"), *_ORDER).groupBy("c", "t")
+             .agg(F.max(F.struct(*_ORDER)).alias("o")).orderBy("o").collect())
     # columns in source order: by the first change that carries them, then by place in its image
+    order = F.struct(*_ORDER)
     placed = changes.select(order.alias("o"), F.lit(0).alias("img"), F.posexplode(F.map_keys("after")).alias("p", "c"))
     placed = placed.unionByName(changes.select(order.alias("o"), F.lit(1).alias("img"),
                                                F.posexplode(F.map_keys("before")).alias("p", "c")))
-    names = sorted(placed.groupBy("c").agg(F.min(F.struct("o", "img", "p")).alias("first")).collect(),
-                   key=lambda r: (_order_key(r["first"]["o"]), r["first"]["img"], r["first"]["p"]))
+    names = (placed.groupBy("c").agg(F.min(F.struct("o", "img", "p")).alias("first")).orderBy("first")
+             .select("c").collect())
     types: dict[str, str] = {r["c"]: "string" for r in names}
     seen: dict[str, str] = {}
     for r in typed:
@@ -604,12 +596,10 @@ def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
     spark.sql(f"MERGE INTO {name} t USING (SELECT * FROM {view} WHERE _op = 'delete') s ON t.key = {key} "
               f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in meta)} "
               f"WHEN NOT MATCHED THEN INSERT (key, {', '.join(meta)}) VALUES ({key}, {', '.join('s.' + c for c in meta)})")
-    span = spark.sql(f"SELECT max(_cdc_source_ts_ms) AS m, min(CASE WHEN size(key) > 0 THEN _cdc_source_ts_ms END) "
-                     f"AS oldest FROM {name}").first()
-    if span["m"] is not None:
-        cutoff = int(span["m"]) - cfg.silver.tombstone_retention_hours * 3_600_000
-        if span["oldest"] is not None and span["oldest"] < cutoff:  # else there is nothing to drop
-            spark.sql(f"DELETE FROM {name} WHERE _cdc_source_ts_ms < {cutoff} AND size(key) > 0")
+    horizon = spark.sql(f"SELECT max(_cdc_source_ts_ms) AS m FROM {name}").first()["m"]
+    if horizon is not None:
+        cutoff = int(horizon) - cfg.silver.tombstone_retention_hours * 3_600_000
+        spark.sql(f"DELETE FROM {name} WHERE _cdc_source_ts_ms < {cutoff} AND size(key) > 0")
 
 
 def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str]) -> str:
@@ -711,12 +701,9 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     result = TableResult(table=name)
     ensure_namespace(spark, cfg, cfg.silver.namespace)
     changes = materialize(changes)
-    is_truncate = F.col("op") == "truncate"
-    stats = changes.agg(F.count("*").alias("n"), F.count(F.when(~is_truncate, 1)).alias("rows"),
-                        F.max(F.when(is_truncate, F.struct(*_ORDER))).alias("o")).first()
-    result.changes = stats["n"]
-    rows = changes.where(~is_truncate)
-    trunc = stats["o"]
+    result.changes = changes.count()
+    rows = changes.where(F.col("op") != "truncate")
+    trunc = changes.where(F.col("op") == "truncate").agg(F.max(F.struct(*_ORDER)).alias("o")).first()["o"]
     if trunc is not None:
         result.truncated = True
         trunc = tuple(trunc)[:3]
@@ -732,9 +719,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
                                 F.lit(last_truncate[1]).cast("int").alias("kafka_partition"),
                                 F.lit(last_truncate[2]).cast("bigint").alias("kafka_offset"))
         rows = rows.where(F.struct(*_ORDER[:3]) > truncated_at)
-        if not rows.take(1):
-            return result
-    elif not stats["rows"]:
+    if not rows.take(1):
         return result
     pk, types = batch_schema(rows)
     types = ensure_silver_table(spark, cfg, name, pk, types, result)
