@@ -143,10 +143,10 @@ class LearningParser:
     """Base of the JSON parsers that keep what they learn from a topic's records.
 
     ``options`` (:class:`SourceOptions`), an :class:`EnvelopeReader` for the format's values and
-    one for its Kafka keys (:func:`read_key`), the kept table plans (:meth:`kept`): what a parser derives once per envelope schema and table
-    instead of once per record. What it learnt is dropped when the parser is pickled (shipped to a
-    Spark task): each copy learns again from the records it reads, with the same results.
-    Subclasses set ``format_name``.
+    one for its Kafka keys (:func:`read_key`), and the kept table plans (:meth:`kept`): what a
+    parser derives once per envelope schema and table instead of once per record. What it learnt
+    is dropped when the parser is pickled (shipped to a Spark task): each copy learns again from
+    the records it reads, with the same results. Subclasses set ``format_name``.
     """
 
     format_name: str
