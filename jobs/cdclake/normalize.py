@@ -227,9 +227,8 @@ for _cols in _OUTPUTS.values():
 _TAGGED_SCHEMA = ", ".join(f"{n} {t}" for n, t in _TAGGED.items())
 
 
-#: A raw table row with the attributes :func:`classify` reads (headers as :class:`Header`).
+#: A raw table row with the attributes :func:`classify` reads (headers: items with ``name`` and ``value``).
 RawRow = namedtuple("RawRow", "kafka_topic kafka_partition kafka_offset kafka_timestamp_ms landed_hour key value headers")
-Header = namedtuple("Header", "name value")
 #: Where each kind's row tuple puts each column of :data:`_TAGGED` (absent: the kind has no such column).
 _SLOTS = {kind: {name: i for i, (name, _) in enumerate(cols)} for kind, cols in _OUTPUTS.items()}
 
@@ -333,7 +332,7 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
             part = tagged.where(kind == k).select(*[n for n, _ in _OUTPUTS[k]])
             frame = _bronze_frame(part) if k == "change" else part
             frame.writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
-        # counted from what was written (the normalize gate counts the tables again, apart)
+        # counted on the parsed frame the writes took their rows from (the gate counts the tables)
         for r in tagged.groupBy("kafka_topic").agg(
                 F.countDistinct("kafka_partition", "kafka_offset").alias("raw"),
                 *[F.count(F.when(kind == k, 1)).alias(n)
