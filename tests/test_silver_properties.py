@@ -78,9 +78,9 @@ EPOCH = dt.datetime(1970, 1, 1)
 
 _PHASES = [Phase.explicit, Phase.generate] + ([Phase.shrink] if os.environ.get("CDC_PROPERTY_SHRINK") else [])
 _SEED = os.environ.get("CDC_PROPERTY_SEED")
-#: Examples per slow property: 5 in ``make test`` (the suite stays under 25 minutes), 8 with
+#: Examples per slow property: 3 in ``make test`` (the suite stays under 25 minutes), 8 with
 #: ``CDC_EXTENDED_PROPERTIES=1``, or ``CDC_PROPERTY_EXAMPLES``.
-_EXAMPLES = os.environ.get("CDC_PROPERTY_EXAMPLES", "8" if os.environ.get("CDC_EXTENDED_PROPERTIES") else "5")
+_EXAMPLES = os.environ.get("CDC_PROPERTY_EXAMPLES", "8" if os.environ.get("CDC_EXTENDED_PROPERTIES") else "3")
 SLOW = settings(max_examples=int(_EXAMPLES), deadline=None, derandomize=not _SEED,
                 database=None, phases=_PHASES, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
