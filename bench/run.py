@@ -54,7 +54,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="row changes of the warm-up hour run through every format first (0: no warm-up)")
     p.add_argument("--merge-sizes", default="1000000,10000000", help="silver table sizes for merge scaling ('' to skip)")
     p.add_argument("--merge-batch", type=int, default=100_000, help="changes in the merge-scaling batch")
-    p.add_argument("--driver-memory", default="6g", help="spark.driver.memory (local[2]: the JVM that runs the tasks)")
+    p.add_argument("--driver-memory", default="3g", help="spark.driver.memory (local[2]: the JVM that runs the tasks)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--no-gates", action="store_true", help="skip the Great Expectations gates")
     p.add_argument("--no-from-json", action="store_true", help="skip Spark's from_json reference")
