@@ -31,7 +31,7 @@ def profile_format(tag: str, cache: Path, top: int) -> tuple[dict, str]:
     """Time and profile ``classify`` over the cached messages of ``tag``; return (figures, report text)."""
     import json
 
-    from cdclake.normalize import RawRow, classify
+    from cdclake.normalize import RawRow, classify, kafka_record
     from cdclake.record import get_parser
 
     wf = bdata.wire_formats()[tag]
@@ -47,6 +47,14 @@ def profile_format(tag: str, cache: Path, top: int) -> tuple[dict, str]:
     for part, ts, key, value in bdata.read_messages(cache / f"{tag}.bin"):
         off = offsets[part] = offsets.get(part, -1) + 1
         rows.append(RawRow(f"bench.{tag}", part, off, ts, hour, key, value, []))
+    if hasattr(parser, "schema_entries") and hasattr(parser, "with_schemas"):
+        # what normalize's register_schemas does first: the table definitions of the hour's
+        # metadata messages (Qlik Replicate), given to the parser (not timed)
+        entries = {}
+        for r in rows:
+            for e in parser.schema_entries(kafka_record(r)):
+                entries.setdefault(e.schema_id, e)
+        parser = parser.with_schemas(list(entries.values()))
     t0 = time.perf_counter()
     kinds: dict[str, int] = {}
     for kind, _ in classify(parser, rows):

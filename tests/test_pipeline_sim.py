@@ -85,3 +85,42 @@ def test_malformed_record_is_quarantined_and_the_rest_applied(stack, spark, uniq
     for t in TABLES:
         rows = silver_rows(spark, path, f"dbz_shop__{t}")
         assert not compare_table(src.final_state()[t], rows, list(src.tables[t].primary_key))
+
+
+def test_a_large_hour_is_read_in_row_groups_and_every_record_normalized_once(stack, spark, unique):
+    """An hour of 2,000 records of 6 kB that do not compress (12 MB) is landed in row groups of
+    ``RAW_ROW_GROUP_BYTES``; normalize reads them in several tasks, without a shuffle, and every
+    record becomes exactly one bronze row."""
+    import base64
+    import json
+    import os
+
+    from cdclake.catalog import RAW_TABLE, qualified
+    from cdclake.config import load_pipeline
+    from cdclake.land import RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES
+    from cdclake.sim import Message
+
+    topic = f"big.{unique}"
+    create_topic(stack["bootstrap"], topic, partitions=1)
+    t0 = ms(hour(7))
+    msgs = [Message(key=json.dumps({"id": i}).encode(),
+                    value=json.dumps({"payload": {
+                        "op": "c", "after": {"id": i, "blob": base64.b64encode(os.urandom(4500)).decode()},
+                        "source": {"connector": "mysql", "db": "big", "table": "t", "file": "mysql-bin.000001",
+                                   "pos": 4 + i, "row": 0}}}).encode(),
+                    timestamp_ms=t0 + i, partition=0) for i in range(2000)]
+    produce(stack["bootstrap"], topic, msgs)
+    path = write_pipeline(f"big_{unique}", [{"topic": topic, "format": "debezium-json", "table_prefix": "big_"}],
+                          silver={"namespace": f"big_{unique}"})
+    result = run_window(spark, path, 7, 8)
+    assert result["land"][topic] == 2000
+    assert result["normalize"][topic] == {"raw": 2000, "changes": 2000, "quarantined": 0, "control": 0}
+    cfg = load_pipeline(path)
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {qualified(cfg, RAW_TABLE)}").collect()}
+    assert props["write.parquet.row-group-size-bytes"] == str(RAW_ROW_GROUP_BYTES)
+    raw = (spark.read.option("split-size", str(RAW_SPLIT_BYTES)).table(qualified(cfg, RAW_TABLE))
+           .where(f"kafka_topic = '{topic}'"))
+    assert raw.rdd.getNumPartitions() >= 2
+    bronze = spark.table("lake.bronze.changes").where(f"kafka_topic = '{topic}'")
+    assert bronze.count() == bronze.select("kafka_offset").distinct().count() == 2000
+    assert len(silver_rows(spark, path, "big_big__t")) == 2000

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 from cdclake.catalog import (BRONZE_TABLE, CONTROL_TABLE, QUARANTINE_TABLE, RAW_TABLE, REGISTRY_TABLE, ensure_namespace,
                              qualified)
 from cdclake.config import PipelineConfig
-from cdclake.land import window_filter
+from cdclake.land import RAW_SPLIT_BYTES, window_filter
 from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaEntry, get_parser
 from cdclake.window import Window
 
@@ -314,11 +314,13 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
     topics = list(window.topics or cfg.topics())
     ensure_tables(spark, cfg)
     parsers = {t: get_parser(cfg.source(t).format, cfg.source(t).parser_options()) for t in topics}
-    raw = spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
+    # one task per Parquet row group of the raw table (cdclake.land.RAW_ROW_GROUP_BYTES)
+    raw = (spark.read.option("split-size", str(RAW_SPLIT_BYTES)).table(qualified(cfg, RAW_TABLE))
+           .where(window_filter(window, topics)))
     parsers = register_schemas(spark, cfg, raw, parsers)
 
-    # The raw hour of a topic is often one small file (values compress well), which Spark reads in
-    # one task: spread the records over every core, as the parsers are the stage's main work.
+    # A small hour (or one landed before row groups were capped) is one row group, read in one
+    # task: spread its records over every core, as the parsers are the stage's main work.
     cores = spark.sparkContext.defaultParallelism
     if raw.rdd.getNumPartitions() < cores:
         raw = raw.repartition(cores)
