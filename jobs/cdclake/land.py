@@ -95,12 +95,22 @@ def check_not_shrinking(spark: "SparkSession", cfg: PipelineConfig, window: Wind
             "refusing to overwrite the landed hour (bronze and silver are built from it)")
 
 
+def raw_arrow_schema():
+    """The Arrow schema of :data:`RAW_SCHEMA` (made on the driver: it needs the JVM)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_string
+
+    return to_arrow_schema(_parse_datatype_string(RAW_SCHEMA))
+
+
 def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, int]:
     """Land every selected topic's records of ``window`` into the raw table; return counts per topic.
 
-    One Spark task per topic partition (:func:`cdclake.kafka_ranges.scan_partition`); one atomic
-    overwrite of the window; then the manifest (offset range and count per partition and hour).
-    Raises ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls).
+    One Spark task per topic partition reads its records with confluent-kafka and hands them to
+    the JVM as Arrow batches (:func:`cdclake.kafka_ranges.arrow_batches`); one atomic overwrite
+    of the window; then the manifest (offset range and count per partition and hour). Raises
+    ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
+    :class:`LandingShrinks`.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -110,18 +120,30 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
     ensure_tables(spark, cfg)
     bootstrap, timeout, client = k.bootstrap_servers, max(30.0, k.timeout_s), dict(k.client)
+    schema = raw_arrow_schema()
 
-    def read(it):
-        for topic, p in it:
-            yield from kafka_ranges.scan_partition(bootstrap, topic, p, window, timeout, client)
+    def read(batches):
+        for b in batches:
+            for topic, p in zip(b.column(0).to_pylist(), b.column(1).to_pylist()):
+                yield from kafka_ranges.arrow_batches(bootstrap, topic, p, window, schema, timeout, client)
 
-    rdd = spark.sparkContext.parallelize(parts, max(1, len(parts))).mapPartitions(read)
-    df = spark.createDataFrame(rdd, RAW_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    # one row, and so one task, per topic partition
+    todo = spark.createDataFrame(spark.sparkContext.parallelize(parts, max(1, len(parts))),
+                                 "kafka_topic string, kafka_partition int")
+    df = todo.mapInArrow(read, RAW_SCHEMA)
+    # A first landing of the window goes straight from Kafka to the table; a rerun keeps the
+    # records it read (memory, then local disk) to count them against the manifest before it
+    # replaces anything, so Kafka is read once either way.
+    rerun = bool(spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).take(1))
+    if rerun:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        check_not_shrinking(spark, cfg, window, topics, df)
+        if rerun:
+            check_not_shrinking(spark, cfg, window, topics, df)
         df.writeTo(qualified(cfg, RAW_TABLE)).overwrite(window_filter(window, topics))
     finally:
-        df.unpersist()
+        if rerun:
+            df.unpersist()
 
     manifest = (spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
                 .groupBy("kafka_topic", "kafka_partition", "landed_hour")
