@@ -15,7 +15,7 @@ STAGE_ORDER = ("land", "normalize", "silver", "e2e")
 
 
 def machine() -> dict:
-    """CPU model, cores, RAM, OS, Java/Python/Spark/Iceberg versions."""
+    """CPU model, cores, RAM, OS, Java/Python/Spark/Iceberg versions, the code's git commit."""
     import psutil
 
     cpu = platform.processor() or ""
@@ -50,7 +50,22 @@ def machine() -> dict:
         out["iceberg_spark_runtime"] = m.group(1) if m else iceberg_jar().name
     except Exception:
         out["iceberg_spark_runtime"] = None
+    out["git_commit"] = git_commit()
     return out
+
+
+def git_commit() -> Optional[str]:
+    """``HEAD`` of the checkout the benchmark runs from, ``+changes`` appended when the work tree
+    differs from it; None outside a git checkout."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+changes" if dirty else "")
 
 
 def write_json(results: dict, path: Path) -> None:
