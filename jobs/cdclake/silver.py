@@ -133,13 +133,20 @@ def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
 
     latest = changes.orderBy(*[F.col(c).desc() for c in _ORDER]).select("primary_key").first()
     pk = list(latest["primary_key"] or [])
-    typed = (changes.select(F.explode("column_types").alias("c", "t"), *_ORDER).groupBy("c", "t")
-             .agg(F.max(F.struct(*_ORDER)).alias("o")).orderBy("o").collect())
-    # columns in source order: by the first change that carries them, then by place in its image
+    # The changes of a table mostly repeat a few images' column lists and type maps: reduce the
+    # batch to its distinct ones, with the latest and first order of each, in one pass, and
+    # explode only those (the same result as exploding every change, at a fraction of the cost).
     order = F.struct(*_ORDER)
-    placed = changes.select(order.alias("o"), F.lit(0).alias("img"), F.posexplode(F.map_keys("after")).alias("p", "c"))
-    placed = placed.unionByName(changes.select(order.alias("o"), F.lit(1).alias("img"),
-                                               F.posexplode(F.map_keys("before")).alias("p", "c")))
+    shapes = materialize(changes.groupBy(F.map_entries("column_types").alias("types"),
+                                         F.map_keys("after").alias("after"), F.map_keys("before").alias("before"))
+                         .agg(F.max(order).alias("last"), F.min(order).alias("first")))
+    typed = (shapes.select(F.explode("types").alias("ct"), "last")
+             .groupBy(F.col("ct.key").alias("c"), F.col("ct.value").alias("t"))
+             .agg(F.max("last").alias("o")).orderBy("o").collect())
+    # columns in source order: by the first change that carries them, then by place in its image
+    placed = shapes.select(F.col("first").alias("o"), F.lit(0).alias("img"), F.posexplode("after").alias("p", "c"))
+    placed = placed.unionByName(shapes.select(F.col("first").alias("o"), F.lit(1).alias("img"),
+                                              F.posexplode("before").alias("p", "c")))
     names = (placed.groupBy("c").agg(F.min(F.struct("o", "img", "p")).alias("first")).orderBy("first")
              .select("c").collect())
     types: dict[str, str] = {r["c"]: "string" for r in names}
