@@ -95,7 +95,8 @@ def unique():
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple], partitions: int = 1) -> None:
-    """Create ``topic`` and produce ``(partition, timestamp_ms, key, value)`` tuples (bytes or str)."""
+    """Create ``topic`` and produce ``(partition, timestamp_ms, key, value)`` tuples (bytes or str),
+    optionally with a fifth item: the record's headers as ``(name, bytes or None)`` pairs."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -104,9 +105,10 @@ def produce(bootstrap: str, topic: str, records: list[tuple], partitions: int = 
     fut.result(timeout=10)
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     errors = []
-    for part, ts, key, value in records:
+    for part, ts, key, value, *headers in records:
         enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
         prod.produce(topic, value=enc(value), key=enc(key), partition=part, timestamp=ts,
+                     headers=(headers[0] or None) if headers else None,
                      on_delivery=lambda err, msg: errors.append(err) if err else None)
     assert prod.flush(30) == 0
     assert not errors, errors

@@ -11,24 +11,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from conftest import write_pipeline
+from conftest import produce, write_pipeline
 from pipeline import hour, ms
 
 UTC = dt.timezone.utc
-
-
-def _produce(bootstrap: str, topic: str, records: list[dict], partitions: int) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(timeout=10)
-    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    errors: list = []
-    for r in records:
-        prod.produce(topic, key=r["key"], value=r["value"], partition=r["partition"], timestamp=r["ts"],
-                     headers=r["headers"] or None, on_delivery=lambda err, _m: errors.append(err) if err else None)
-    assert prod.flush(30) == 0 and not errors, errors
 
 
 def _records(base_ms: int) -> list[dict]:
@@ -49,6 +35,10 @@ def _records(base_ms: int) -> list[dict]:
     return out
 
 
+def _tuples(records: list[dict]) -> list[tuple]:
+    return [(r["partition"], r["ts"], r["key"], r["value"], r["headers"]) for r in records]
+
+
 def test_land_copies_records_exactly_with_their_hours(stack, spark, unique):
     from cdclake.catalog import MANIFEST_TABLE, RAW_TABLE, qualified
     from cdclake.config import load_pipeline
@@ -59,7 +49,7 @@ def test_land_copies_records_exactly_with_their_hours(stack, spark, unique):
     topic = f"land.{unique}"
     base = hour(3)
     records = _records(ms(base))
-    _produce(stack["bootstrap"], topic, records, partitions=2)
+    produce(stack["bootstrap"], topic, _tuples(records), partitions=2)
     path = write_pipeline(f"land_{unique}", [{"topic": topic, "format": "debezium-json"}])
     cfg = load_pipeline(path)
     window = Window(base, base + dt.timedelta(hours=2), (topic,))
@@ -99,14 +89,14 @@ def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique
     topic = f"shrink.{unique}"
     base = hour(5)
     records = [r for r in _records(ms(base)) if r["partition"] == 0 and r["hour"] == 0]
-    _produce(stack["bootstrap"], topic, records, partitions=1)
+    produce(stack["bootstrap"], topic, _tuples(records), partitions=1)
     cfg = load_pipeline(write_pipeline(f"shrink_{unique}", [{"topic": topic, "format": "debezium-json"}]))
     window = Window(base, base + dt.timedelta(hours=1), (topic,))
     assert land(spark, cfg, window) == {topic: 10}
 
     admin = AdminClient({"bootstrap.servers": stack["bootstrap"]})
     admin.delete_topics([topic])[topic].result(timeout=10)
-    _produce(stack["bootstrap"], topic, records[:6], partitions=1)  # retention took four records
+    produce(stack["bootstrap"], topic, _tuples(records[:6]), partitions=1)  # retention took four records
     with pytest.raises(LandingShrinks, match=rf"{topic}\[0\] hour .*6 records where 10 were landed"):
         land(spark, cfg, window)
     assert spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'").count() == 10

@@ -154,8 +154,8 @@ def arrow_batches(bootstrap: str, topic: str, partition: int, window: Window, sc
     :data:`ARROW_BATCH_RECORDS` records and closes once its keys and values pass
     :data:`ARROW_BATCH_BYTES`; headers become ``{name, value}`` items (an empty list when there
     are none), ``landed_hour`` the start of the record's landed hour. Built column by column, so
-    that a landed record crosses into Spark as Arrow columns rather than as a pickled row. Raises :class:`KafkaUnavailable` as
-    :func:`scan_messages` does.
+    that a landed record crosses into Spark as Arrow columns rather than as a pickled row. Raises
+    :class:`KafkaUnavailable` as :func:`scan_messages` does.
     """
     import pyarrow as pa
 

@@ -135,15 +135,13 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     # records it read (memory, then local disk) to count them against the manifest before it
     # replaces anything, so Kafka is read once either way.
     rerun = bool(spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).take(1))
-    if rerun:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         if rerun:
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
             check_not_shrinking(spark, cfg, window, topics, df)
         df.writeTo(qualified(cfg, RAW_TABLE)).overwrite(window_filter(window, topics))
     finally:
-        if rerun:
-            df.unpersist()
+        df.unpersist()  # nothing to free after a first landing
 
     manifest = (spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
                 .groupBy("kafka_topic", "kafka_partition", "landed_hour")

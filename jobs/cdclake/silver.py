@@ -131,15 +131,17 @@ def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
     """
     from pyspark.sql import functions as F
 
-    latest = changes.orderBy(*[F.col(c).desc() for c in _ORDER]).select("primary_key").first()
-    pk = list(latest["primary_key"] or [])
     # The changes of a table mostly repeat a few images' column lists and type maps: reduce the
-    # batch to its distinct ones, with the latest and first order of each, in one pass, and
-    # explode only those (the same result as exploding every change, at a fraction of the cost).
+    # batch to its distinct ones, with the latest and first order of each (and the key of the
+    # latest), in one pass, and explode only those (the same result as exploding every change, at
+    # a fraction of the cost).
     order = F.struct(*_ORDER)
     shapes = materialize(changes.groupBy(F.map_entries("column_types").alias("types"),
                                          F.map_keys("after").alias("after"), F.map_keys("before").alias("before"))
-                         .agg(F.max(order).alias("last"), F.min(order).alias("first")))
+                         .agg(F.max(order).alias("last"), F.min(order).alias("first"),
+                              F.max_by("primary_key", order).alias("primary_key")))
+    latest = shapes.orderBy(F.col("last").desc()).select("primary_key").first()
+    pk = list(latest["primary_key"] or [])
     typed = (shapes.select(F.explode("types").alias("ct"), "last")
              .groupBy(F.col("ct.key").alias("c"), F.col("ct.value").alias("t"))
              .agg(F.max("last").alias("o")).orderBy("o").collect())
