@@ -39,7 +39,6 @@ import gc
 import hashlib
 import json
 import multiprocessing as mp
-import os
 import shutil
 import struct
 import sys

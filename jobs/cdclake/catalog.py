@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from cdclake.config import REPO_ROOT, CatalogConfig, ConfigError, PipelineConfig
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 RAW_TABLE = "raw.kafka_records"
 MANIFEST_TABLE = "raw.land_manifest"

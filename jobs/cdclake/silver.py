@@ -654,7 +654,6 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
 
     new_last = f"greatest({t_last}, s._last_order)"
     picked = {c: chosen(c) for c in data_cols}
-    last_cols = {"_cdc_position": "p", "_cdc_kafka_partition": "kp", "_cdc_kafka_offset": "ko"}
     sets = [f"t.{q(c)} = {v}" for c, (v, _) in picked.items()]
     sets += [f"t.{c} = CASE WHEN {newer} THEN s.{c} ELSE t.{c} END" for c in LAST_CHANGE_COLUMNS]
     sets += [f"t._cdc_reset = {reset}",
