@@ -113,6 +113,42 @@ class SourceConfig(_Model):
         return opts
 
 
+class LandConfig(_Model):
+    """How land reads Kafka.
+
+    ``grace_s``: settle time in seconds. A run whose window ended less than ``grace_s`` ago waits
+    until then before it reads, so that producers still writing records stamped inside the window
+    (a batch in flight at the hour, a lagging connector) are done. A record that arrives later
+    still lands, in the next landed hour (the offset ledger, :mod:`cdclake.land`).
+    """
+
+    grace_s: float = Field(300.0, ge=0)
+
+
+class NormalizeConfig(_Model):
+    """Limits on one raw record; a record past a limit is quarantined with the limit as its reason.
+
+    ``max_value_bytes``: largest Kafka value (and key) parsed, in bytes (default 16 MiB).
+    ``max_nesting_depth``: deepest nesting of objects and arrays in a JSON value (default 64).
+    """
+
+    max_value_bytes: int = Field(16 * 1024 * 1024, ge=1)
+    max_nesting_depth: int = Field(64, ge=2)
+
+
+class LocksConfig(_Model):
+    """The writer lock: one run at a time writes a topic's partitions in a catalog.
+
+    ``wait_s``: how long a run waits for another run holding one of its topics before it fails
+    with a message naming that run. ``stale_s``: a holder that has not renewed its lock for this
+    many seconds (a killed process on another host) is taken over; a holder on this host whose
+    process is gone is taken over at once.
+    """
+
+    wait_s: float = Field(300.0, ge=0)
+    stale_s: float = Field(120.0, ge=5)
+
+
 class SilverConfig(_Model):
     """How silver tables are written.
 
@@ -169,6 +205,9 @@ class PipelineConfig(_Model):
     kafka: KafkaConfig
     catalog: CatalogConfig
     sources: list[SourceConfig] = Field(min_length=1)
+    land: LandConfig = Field(default_factory=LandConfig)
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    locks: LocksConfig = Field(default_factory=LocksConfig)
     silver: SilverConfig = Field(default_factory=SilverConfig)
     gates: GatesConfig = Field(default_factory=GatesConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
