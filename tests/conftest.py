@@ -94,15 +94,17 @@ def unique():
     return uuid.uuid4().hex[:8]
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple], partitions: int = 1) -> None:
-    """Create ``topic`` and produce ``(partition, timestamp_ms, key, value)`` tuples (bytes or str),
-    optionally with a fifth item: the record's headers as ``(name, bytes or None)`` pairs."""
+def produce(bootstrap: str, topic: str, records: list[tuple], partitions: int = 1, create: bool = True) -> None:
+    """Create ``topic`` (unless ``create`` is false: append to it) and produce ``(partition,
+    timestamp_ms, key, value)`` tuples (bytes or str), optionally with a fifth item: the record's
+    headers as ``(name, bytes or None)`` pairs."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
-    fut.result(timeout=10)
+    if create:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+        fut.result(timeout=10)
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     errors = []
     for part, ts, key, value, *headers in records:

@@ -71,7 +71,7 @@ def test_land_copies_records_exactly_with_their_hours(stack, spark, unique):
     manifest = {(r.kafka_partition, r.landed_hour.replace(tzinfo=UTC)): (r.start_offset, r.end_offset, r.records)
                 for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(f"kafka_topic = '{topic}'").collect()}
     assert manifest == {(p, base + dt.timedelta(hours=h)): (10 * h, 10 * h + 10, 10) for p in (0, 1) for h in (0, 1)}
-    assert run_gate("land", cfg, window)["frames"] == {"offsets": 4}
+    assert run_gate("land", cfg, window)["frames"] == {"offsets": 4, "ledger": 2}
 
     # a rerun replaces the window with the same records
     assert land(spark, cfg, window) == {topic: 40}

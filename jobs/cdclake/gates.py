@@ -7,10 +7,17 @@ A failing gate raises :class:`GateFailed` with a readable summary and writes Dat
 
 Frames (one row each per the grain named):
 
-- land, ``offsets`` (topic, partition, non-empty hour): ``kafka_start``/``kafka_end``/``expected``
-  (the hour's offset range and record count, read from Kafka again by the gate),
-  ``manifest_start``/``manifest_end``/``manifest_records`` (what land recorded), ``landed``,
-  ``landed_distinct`` and ``out_of_range`` (counted in the raw table).
+- land, ``offsets`` (topic, every partition, every hour of the window):
+  ``manifest_start``/``manifest_end``/``manifest_records`` (the offset ledger's range; -1 when the
+  hour has no range), ``kafka_records`` and ``log_start`` (records Kafka holds now in that range,
+  read again by offset by the gate, and the partition's first offset), ``landed``,
+  ``landed_distinct``, ``out_of_range`` and ``expired`` (counted in the raw table: rows, distinct
+  offsets, offsets outside the range, offsets below the log start), ``landed_present`` (landed
+  minus expired).
+- land, ``ledger`` (topic, partition): the partition's whole ledger in hour order: ``ranges``,
+  ``gaps`` and ``overlaps`` (a range starting after or before the end of the one before it),
+  ``backwards`` (end before start), ``first_start``, ``last_end``, ``log_start``, ``log_end`` and
+  ``expired_offsets`` (ledger offsets the broker no longer has: reported, not a failure).
 - normalize, ``counts`` (topic, hour): ``raw``, ``accounted`` (distinct Kafka records in bronze +
   quarantine + control), ``overlap`` (records in more than one of them); ``changes`` (bronze rows):
   op, source_table, source_position size, kafka coordinates.
@@ -53,35 +60,72 @@ def _scan(catalog, table: str, window: Window, topics: list[str], columns: tuple
 
 
 def land_frames(cfg: PipelineConfig, window: Window) -> dict:
-    """The land gate's ``offsets`` frame (see module docstring)."""
+    """The land gate's ``offsets`` and ``ledger`` frames (see module docstring)."""
     import pandas as pd
+    from pyiceberg.expressions import In
 
     from cdclake import kafka_ranges
 
     topics = list(window.topics or cfg.topics())
     cat = pyiceberg_catalog(cfg.catalog)
     keys = ["kafka_topic", "kafka_partition", "landed_hour"]
-    manifest = _scan(cat, MANIFEST_TABLE, window, topics, tuple(keys) + ("start_offset", "end_offset", "records"))
+    ledger = cat.load_table(MANIFEST_TABLE).scan(
+        row_filter=In("kafka_topic", topics), selected_fields=tuple(keys) + ("start_offset", "end_offset", "records"),
+    ).to_pandas()
     raw = _scan(cat, RAW_TABLE, window, topics, tuple(keys) + ("kafka_offset",))
-    k = cfg.kafka
-    ranges = kafka_ranges.hour_ranges(k.bootstrap_servers, topics, window, k.timeout_s, k.client)
-    kafka = pd.DataFrame([(r.topic, r.partition, r.hour, r.start, r.end, r.records) for r in ranges],
-                         columns=keys + ["kafka_start", "kafka_end", "expected"])
-    manifest = manifest.rename(columns={"start_offset": "manifest_start", "end_offset": "manifest_end",
-                                        "records": "manifest_records"})
-    for df in (manifest, raw, kafka):
+    for df in (ledger, raw):
         df["landed_hour"] = pd.to_datetime(df["landed_hour"], utc=True)
-    frame = kafka.merge(manifest, on=keys, how="outer")
-    m = raw.merge(frame[keys + ["kafka_start", "kafka_end"]], on=keys, how="left")
-    m["out"] = ~((m["kafka_offset"] >= m["kafka_start"]) & (m["kafka_offset"] < m["kafka_end"]))
+    ledger = ledger.sort_values(keys, kind="stable").reset_index(drop=True)
+    start, end = pd.Timestamp(window.start), pd.Timestamp(window.end)
+    inside = ledger[(ledger["landed_hour"] >= start) & (ledger["landed_hour"] < end)]
+
+    k = cfg.kafka
+    parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
+    wanted: dict[tuple[str, int], list[tuple[int, int]]] = {tp: [] for tp in parts}
+    hours: dict[tuple[str, int], list] = {tp: [] for tp in parts}
+    for r in inside.itertuples():
+        wanted.setdefault((r.kafka_topic, r.kafka_partition), []).append((r.start_offset, r.end_offset))
+        hours.setdefault((r.kafka_topic, r.kafka_partition), []).append(r.landed_hour)
+    seen = {(o.topic, o.partition): o for o in
+            kafka_ranges.observe_ranges(k.bootstrap_servers, wanted, max(k.timeout_s, 30.0), k.client)}
+
+    # offsets: every partition of the topics and every hour of the window
+    grid = pd.DataFrame([(t, p, pd.Timestamp(h)) for t, p in parts for h in window.hours()], columns=keys)
+    observed = pd.DataFrame([(t, p, h, o.records[i], o.log_start) for (t, p), o in seen.items()
+                             for i, h in enumerate(hours[(t, p)])], columns=keys + ["kafka_records", "log_start"])
+    observed["landed_hour"] = pd.to_datetime(observed["landed_hour"], utc=True)
+    frame = grid.merge(inside, on=keys, how="left").rename(columns={
+        "start_offset": "manifest_start", "end_offset": "manifest_end", "records": "manifest_records"})
+    frame = frame.merge(observed, on=keys, how="left")
+    m = raw.merge(frame[keys + ["manifest_start", "manifest_end", "log_start"]], on=keys, how="left")
+    m["out"] = ~((m["kafka_offset"] >= m["manifest_start"]) & (m["kafka_offset"] < m["manifest_end"]))
+    m["expired"] = m["kafka_offset"] < m["log_start"]
     agg = m.groupby(keys).agg(landed=("kafka_offset", "size"), landed_distinct=("kafka_offset", "nunique"),
-                              out_of_range=("out", "sum")).reset_index()
+                              out_of_range=("out", "sum"), expired=("expired", "sum")).reset_index()
     frame = frame.merge(agg, on=keys, how="outer")
-    for c in ("landed", "landed_distinct", "out_of_range", "expected", "manifest_records"):
+    for c in ("landed", "landed_distinct", "out_of_range", "expired", "manifest_records", "kafka_records"):
         frame[c] = frame[c].fillna(0).astype("int64")
-    for c in ("kafka_start", "kafka_end", "manifest_start", "manifest_end"):
+    for c in ("manifest_start", "manifest_end", "log_start"):
         frame[c] = frame[c].fillna(-1).astype("int64")
-    return {"offsets": frame}
+    frame["landed_present"] = frame["landed"] - frame["expired"]
+
+    # ledger: each partition's whole ledger, ranges in hour order
+    rows = []
+    for (t, p), g in ledger.groupby(["kafka_topic", "kafka_partition"], sort=True):
+        s, e = g["start_offset"].to_numpy(), g["end_offset"].to_numpy()
+        o = seen.get((t, p))
+        low = o.log_start if o else -1
+        rows.append((t, p, len(g), int((s[1:] > e[:-1]).sum()), int((s[1:] < e[:-1]).sum()), int((e < s).sum()),
+                     int(s[0]), int(e[-1]), low, o.log_end if o else -1,
+                     max(0, min(low, int(e[-1])) - int(s[0])) if low >= 0 else 0))
+    ledger_frame = pd.DataFrame(rows, columns=["kafka_topic", "kafka_partition", "ranges", "gaps", "overlaps",
+                                               "backwards", "first_start", "last_end", "log_start", "log_end",
+                                               "expired_offsets"])
+    expired = ledger_frame[ledger_frame["expired_offsets"] > 0]
+    for r in expired.itertuples():
+        log.warning("land gate: %s[%d] offsets %d..%d of the ledger are no longer on the broker (log starts at %d)",
+                    r.kafka_topic, r.kafka_partition, r.first_start, min(r.log_start, r.last_end), r.log_start)
+    return {"offsets": frame, "ledger": ledger_frame}
 
 
 def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:

@@ -1,17 +1,31 @@
-"""Which Kafka records belong to which landed hour, and reading them with confluent-kafka.
+"""The offset ledger's rule, and reading Kafka by it with confluent-kafka.
 
-Hour ``h`` of a partition is the offset range ``[first(h), first(h+1h))`` where ``first(t)`` is the
-earliest offset whose record timestamp is at or after ``t``: exactly the meaning of Kafka's
-``offsets_for_times``. Consecutive hours therefore tile the log with no gap and no overlap. The
-landed hour of an offset is equivalently the hour of the *running maximum* record timestamp up to
-that offset, which is what :func:`scan_messages` computes while it reads.
+Every landed hour of a topic partition is an offset range ``[start, end)`` recorded in the land
+manifest, the *offset ledger* (:mod:`cdclake.land`). The ranges of a partition tile its log: each
+range starts exactly where the range before it ended, so no record falls between two hours and
+none is landed twice. Planning a window (:func:`plan_partition`) for one partition:
 
-``offsets_for_times(start)`` is used only as a lower bound to start reading from (exact on Apache
-Kafka; some Kafka-protocol brokers answer it with the earliest offset, which is still a correct
-lower bound); reading stops at the first record at or after the window end, or at the end of the
-log. One Spark task reads one topic partition, as Spark's own Kafka batch source does, and hands
-its records to the JVM as Arrow batches (:func:`arrow_batches`); the land gate reads the log again
-on its own (:func:`hour_ranges`).
+- an hour already in the ledger is re-read over exactly its range (a rerun: every record read
+  keeps that hour, so reruns are idempotent);
+- a run of hours not in the ledger (a *segment*) starts at the end of the range before it, or,
+  on the first landing of the partition, at the first record stamped at or after the segment's
+  start (``offsets_for_times``, exact on Apache Kafka; a broker that answers it with an earlier
+  offset only makes the reader skip more records that belong to no landed hour). It ends at the
+  start of the range after it (a backfill between landed hours takes the whole gap) or, when no
+  landed hour follows, at the first record stamped at or after the segment's end, or at the end
+  of the log as read.
+
+Inside a segment a record's landed hour is the hour of the *running maximum* record timestamp up
+to it, clamped to the segment: a record stamped inside an already-landed hour (a producer batch
+in flight at the hour, a lagging connector, the hours a stopped scheduler missed) lands in the
+first hour of the segment that reads it. It keeps its own timestamp; ``landed_hour`` says which
+run took it. The reader decides each range's bounds while it reads (:func:`read_pieces`), because
+a broker's ``offsets_for_times`` and end offsets may be approximate; the land stage records the
+ranges it reports.
+
+The land gate observes the log again on its own by offset (:func:`observe_ranges`). One Spark
+task reads one topic partition, as Spark's own Kafka batch source does, and hands its records to
+the JVM as Arrow batches (:func:`arrow_batches`).
 """
 from __future__ import annotations
 
@@ -21,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from cdclake.window import UTC, Window
+from cdclake.window import UTC
 
 log = logging.getLogger(__name__)
 HOUR_MS = 3_600_000
@@ -84,58 +98,176 @@ def partitions(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
         cons.close()
 
 
-def scan_messages(bootstrap: str, topic: str, partition: int, window: Window, timeout_s: float = 30.0,
-                  client: Optional[dict] = None) -> Iterator[tuple[object, int]]:
-    """Yield ``(message, landed_hour_ms)`` for the records of ``topic[partition]`` whose landed hour
-    lies in ``window``, in offset order.
+@dataclass(frozen=True)
+class Piece:
+    """What one reading task does for consecutive hours of one topic partition (see module docstring).
 
-    ``message`` is a confluent-kafka ``Message``; ``landed_hour_ms`` is the start of the record's
-    landed hour in epoch ms (UTC), the hour of the running maximum record timestamp. Raises
-    :class:`KafkaUnavailable` when no record and no end-of-log arrive for ``timeout_s`` seconds, or
-    the broker reports an error for the partition.
+    ``hours``: the hour starts (epoch ms, UTC, consecutive). ``start``: first offset to read; None
+    on the first landing of the partition (from ``offsets_for_times(hours[0])``, skipping records
+    whose running maximum timestamp is earlier). ``stop``: offset to stop before; None for an open
+    segment (stop at the first record stamped at or after the last hour's end, or at the end of the
+    log). ``fixed``: a rerun of one ledger range; every record read gets ``hours[0]``.
     """
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-    cons = consumer(bootstrap, client)
-    try:
-        try:
-            found = cons.offsets_for_times([TopicPartition(topic, partition, window.start_ms)], timeout=timeout_s)[0]
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"{topic}[{partition}]: offsets_for_times failed: {exc.args[0].str()}") from None
-        if found.offset < 0:  # no record at or after the window start
-            return
-        cons.assign([TopicPartition(topic, partition, found.offset)])
-        run_max = -1
-        start_ms, end_ms = window.start_ms, window.end_ms
-        idle_since = time.monotonic()
-        while True:
-            # consume() waits for a full batch or its timeout: keep the timeout short, count idle time
-            msgs = cons.consume(num_messages=10_000, timeout=0.1)
-            if not msgs:
-                if time.monotonic() - idle_since > timeout_s:
-                    raise KafkaUnavailable(f"{topic}[{partition}]: nothing read for {timeout_s:.0f}s "
-                                           f"(neither records nor end of log)")
-                continue
-            idle_since = time.monotonic()
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise KafkaUnavailable(f"{topic}[{partition}]: {err.str()}")
-                ts = m.timestamp()[1]
-                if ts > run_max:
-                    run_max = ts
-                if run_max >= end_ms:
-                    return
-                if run_max >= start_ms:
-                    yield m, run_max - run_max % HOUR_MS
-    finally:
-        cons.close()
+    topic: str
+    partition: int
+    hours: tuple[int, ...]
+    start: Optional[int]
+    stop: Optional[int]
+    fixed: bool = False
+
+
+def plan_partition(topic: str, partition: int, hours_ms: list[int], landed: dict[int, tuple[int, int]],
+                   prev_end: Optional[int], next_start: Optional[int]) -> list[Piece]:
+    """The pieces that land ``hours_ms`` (a window's hour starts, epoch ms, ascending) of one partition.
+
+    ``landed``: the ledger's ranges of those hours, ``{hour_ms: (start, end)}``; ``prev_end``: end
+    offset of the partition's latest ledger range before the window (None: none); ``next_start``:
+    start offset of its earliest range after the window (None: none). Landed hours become fixed
+    pieces; each run of other hours becomes one segment from the end of the range before it to the
+    start of the range after it (None where there is none). Pure: no Kafka, no Spark.
+    """
+    pieces: list[Piece] = []
+    i = 0
+    while i < len(hours_ms):
+        h = hours_ms[i]
+        if h in landed:
+            start, end = landed[h]
+            pieces.append(Piece(topic, partition, (h,), start, end, True))
+            i += 1
+            continue
+        j = i
+        while j < len(hours_ms) and hours_ms[j] not in landed:
+            j += 1
+        before = pieces[-1].stop if pieces else prev_end
+        after = landed[hours_ms[j]][0] if j < len(hours_ms) else next_start
+        pieces.append(Piece(topic, partition, tuple(hours_ms[i:j]), before, after))
+        i = j
+    return pieces
 
 
 def _hour(hour_ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(hour_ms / 1000, UTC)
+
+
+def _piece_ranges(piece: Piece, start: int, end: int, first: dict[int, int], counts: dict[int, int]) -> list[OffsetRange]:
+    """The ledger ranges of ``piece`` read over ``[start, end)``: one per hour, empty hours included.
+
+    ``first``: the first offset read per hour; ``counts``: records per hour. Hour ``k`` ends where
+    the next non-empty hour's first record is (or at ``end``), so the ranges tile ``[start, end)``.
+    """
+    out, cur = [], start
+    for i, h in enumerate(piece.hours):
+        later = [first[k] for k in piece.hours[i + 1:] if k in first]
+        stop = later[0] if later else end
+        out.append(OffsetRange(piece.topic, piece.partition, _hour(h), cur, stop, counts.get(h, 0)))
+        cur = stop
+    return out
+
+
+def _consume(cons, where: str, timeout_s: float) -> Iterator:
+    """Messages (and end-of-partition events) of an assigned consumer; raises :class:`KafkaUnavailable`
+    when neither arrives for ``timeout_s`` seconds or the broker reports an error."""
+    from confluent_kafka import KafkaError
+
+    idle_since = time.monotonic()
+    while True:
+        # consume() waits for a full batch or its timeout: keep the timeout short, count idle time
+        msgs = cons.consume(num_messages=10_000, timeout=0.1)
+        if not msgs:
+            if time.monotonic() - idle_since > timeout_s:
+                raise KafkaUnavailable(f"{where}: nothing read for {timeout_s:.0f}s (neither records nor end of log)")
+            continue
+        idle_since = time.monotonic()
+        for m in msgs:
+            err = m.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                raise KafkaUnavailable(f"{where}: {err.str()}")
+            yield m
+
+
+def _assign(cons, topic: str, partition: int, offset: int) -> None:
+    from confluent_kafka import TopicPartition
+
+    cons.assign([TopicPartition(topic, partition, offset)])
+
+
+def _first_landing_start(cons, piece: Piece, timeout_s: float) -> Optional[int]:
+    """Where a first landing starts reading: ``offsets_for_times(hours[0])``; None when no record is
+    stamped at or after it (the range then starts and ends at the end of the log)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        found = cons.offsets_for_times([TopicPartition(piece.topic, piece.partition, piece.hours[0])],
+                                       timeout=timeout_s)[0]
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"{piece.topic}[{piece.partition}]: offsets_for_times failed: {exc.args[0].str()}") from None
+    return found.offset if found.offset >= 0 else None
+
+
+def _log_end(cons, topic: str, partition: int, timeout_s: float) -> int:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        return cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"{topic}[{partition}]: end offset unknown: {exc.args[0].str()}") from None
+
+
+def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float = 30.0) -> Iterator[tuple[object, int]]:
+    """Yield ``(message, landed_hour_ms)`` for the records ``piece`` lands, in offset order, then
+    append the piece's ledger ranges (one per hour, empty ones included) to ``ranges``.
+
+    ``cons`` is a consumer of :func:`consumer` (reassigned here). Raises :class:`KafkaUnavailable`
+    when no record and no end-of-log arrive for ``timeout_s`` seconds, or the broker reports an
+    error for the partition.
+    """
+    where = f"{piece.topic}[{piece.partition}]"
+    first_hour, last_hour = piece.hours[0], piece.hours[-1]
+    end_ms = last_hour + HOUR_MS
+    skip_early = piece.start is None
+    start = piece.start
+    if skip_early:
+        start = _first_landing_start(cons, piece, timeout_s)
+        if start is None:
+            start = _log_end(cons, piece.topic, piece.partition, timeout_s)
+        if piece.stop is not None:
+            start = min(start, piece.stop)
+    first: dict[int, int] = {}
+    counts: dict[int, int] = {}
+    landed_from: Optional[int] = None if skip_early else start
+    end = start if piece.stop is None else piece.stop
+    if piece.stop is None or start < piece.stop:
+        _assign(cons, piece.topic, piece.partition, start)
+        run_max = -1
+        for m in _consume(cons, where, timeout_s):
+            off = m.offset()
+            if m.error() is not None:  # end of the log
+                end = off if piece.stop is None else piece.stop
+                break
+            if piece.stop is not None and off >= piece.stop:
+                break
+            ts = m.timestamp()[1]
+            if ts > run_max:
+                run_max = ts
+            if piece.fixed:
+                hour = first_hour
+            else:
+                if piece.stop is None and run_max >= end_ms:
+                    end = off
+                    break
+                if skip_early and run_max < first_hour:
+                    continue  # stamped before the partition's first landed hour: not the pipeline's
+                hour = min(max(run_max - run_max % HOUR_MS, first_hour), last_hour)
+            if landed_from is None:
+                landed_from = off
+            if hour not in first:
+                first[hour] = off
+            counts[hour] = counts.get(hour, 0) + 1
+            yield m, hour
+    if landed_from is None:  # a first landing that found nothing: the range is empty, at its end
+        landed_from = end
+    ranges.extend(_piece_ranges(piece, landed_from, end, first, counts))
 
 
 #: Arrow batches of :func:`arrow_batches` close at this many bytes of keys and values, or at
@@ -144,24 +276,29 @@ ARROW_BATCH_BYTES = 16 * 1024 * 1024
 ARROW_BATCH_RECORDS = 20_000
 
 
-def arrow_batches(bootstrap: str, topic: str, partition: int, window: Window, schema, timeout_s: float = 30.0,
-                  client: Optional[dict] = None) -> Iterator:
-    """The records of :func:`scan_messages` as pyarrow ``RecordBatch`` es of ``schema``.
+def arrow_batches(bootstrap: str, pieces: list[Piece], schema, ranges: list[OffsetRange], timeout_s: float = 30.0,
+                  client: Optional[dict] = None, after_batch=None) -> Iterator:
+    """The records of ``pieces`` (one topic partition, in offset order) as pyarrow ``RecordBatch`` es.
 
     ``schema`` is the Arrow form of ``cdclake.land.RAW_SCHEMA`` (kafka_topic string, kafka_partition
     int32, kafka_offset int64, kafka_timestamp_ms int64, key binary, value binary, headers
     list<struct<name string, value binary>>, landed_hour timestamp[us, UTC]); a batch holds at most
     :data:`ARROW_BATCH_RECORDS` records and closes once its keys and values pass
     :data:`ARROW_BATCH_BYTES`; headers become ``{name, value}`` items (an empty list when there
-    are none), ``landed_hour`` the start of the record's landed hour. Built column by column, so
-    that a landed record crosses into Spark as Arrow columns rather than as a pickled row. Raises
-    :class:`KafkaUnavailable` as :func:`scan_messages` does.
+    are none), ``landed_hour`` the start of the record's landed hour (:func:`scan_piece`). The
+    pieces' ledger ranges are appended to ``ranges`` once read; ``after_batch()``, when given, is
+    called after each batch was taken. Built column by column, so that a landed record crosses
+    into Spark as Arrow columns rather than as a pickled row. Raises :class:`KafkaUnavailable`.
     """
     import pyarrow as pa
 
     names = [f.name for f in schema]
     assert names == ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp_ms", "key", "value",
                      "headers", "landed_hour"], names
+    if not pieces:
+        return
+
+    topic, partition = pieces[0].topic, pieces[0].partition
 
     def batch(offsets, stamps, keys, values, headers, hours_us):
         n = len(offsets)
@@ -174,60 +311,103 @@ def arrow_batches(bootstrap: str, topic: str, partition: int, window: Window, sc
     cols: tuple[list, ...] = ([], [], [], [], [], [])
     offsets, stamps, keys, values, headers, hours_us = cols
     size = 0
-    for m, hour_ms in scan_messages(bootstrap, topic, partition, window, timeout_s, client):
-        key, value, hs = m.key(), m.value(), m.headers()
-        offsets.append(m.offset())
-        stamps.append(m.timestamp()[1])
-        keys.append(key)
-        values.append(value)
-        headers.append([{"name": n, "value": v} for n, v in hs] if hs else [])
-        hours_us.append(hour_ms * 1000)
-        size += (len(key) if key else 0) + (len(value) if value else 0)
-        if size >= ARROW_BATCH_BYTES or len(offsets) >= ARROW_BATCH_RECORDS:
-            yield batch(*cols)
-            for c in cols:
-                c.clear()
-            size = 0
-    if offsets:
-        yield batch(*cols)
+
+    def flush():
+        out = batch(*cols)
+        for c in cols:
+            c.clear()
+        return out
+
+    cons = consumer(bootstrap, client)
+    try:
+        for piece in pieces:
+            for m, hour_ms in scan_piece(cons, piece, ranges, timeout_s):
+                key, value, hs = m.key(), m.value(), m.headers()
+                offsets.append(m.offset())
+                stamps.append(m.timestamp()[1])
+                keys.append(key)
+                values.append(value)
+                headers.append([{"name": n, "value": v} for n, v in hs] if hs else [])
+                hours_us.append(hour_ms * 1000)
+                size += (len(key) if key else 0) + (len(value) if value else 0)
+                if size >= ARROW_BATCH_BYTES or len(offsets) >= ARROW_BATCH_RECORDS:
+                    yield flush()
+                    size = 0
+                    if after_batch is not None:
+                        after_batch()
+        if offsets:
+            yield flush()
+            if after_batch is not None:
+                after_batch()
+    finally:
+        cons.close()
 
 
-#: Partitions :func:`hour_ranges` reads at once, each with its own consumer.
-HOUR_RANGE_READERS = 4
+#: Partitions :func:`observe_ranges` reads at once, each with its own consumer.
+OBSERVE_READERS = 4
 
 
-def partition_ranges(bootstrap: str, topic: str, partition: int, window: Window, timeout_s: float = 30.0,
-                     client: Optional[dict] = None) -> list[OffsetRange]:
-    """The non-empty hour ranges of ``topic[partition]`` in ``window``, read from Kafka now.
+@dataclass(frozen=True)
+class Observed:
+    """What the broker holds now of one partition's ledger ranges: ``records`` per range (in the
+    order given, counting offsets the broker still has), ``log_start`` and ``log_end`` offsets."""
 
-    Raises :class:`KafkaUnavailable` as :func:`scan_messages` does.
+    topic: str
+    partition: int
+    records: tuple[int, ...]
+    log_start: int
+    log_end: int
+
+
+def observe_partition(bootstrap: str, topic: str, partition: int, ranges: list[tuple[int, int]],
+                      timeout_s: float = 30.0, client: Optional[dict] = None) -> Observed:
+    """Count the records Kafka holds now in each ``[start, end)`` of ``ranges`` (ascending, tiling).
+
+    One read by offset from the first start to the last end. Raises :class:`KafkaUnavailable`.
     """
-    out: list[OffsetRange] = []
-    current: Optional[list] = None  # [hour ms, first offset, last offset, records]
-    for m, hour in scan_messages(bootstrap, topic, partition, window, timeout_s, client):
-        off = m.offset()
-        if current is None or current[0] != hour:
-            if current is not None:
-                out.append(OffsetRange(topic, partition, _hour(current[0]), current[1], current[2] + 1, current[3]))
-            current = [hour, off, off, 0]
-        current[2], current[3] = off, current[3] + 1
-    if current is not None:
-        out.append(OffsetRange(topic, partition, _hour(current[0]), current[1], current[2] + 1, current[3]))
-    return out
+    from confluent_kafka import KafkaException, TopicPartition
+
+    counts = [0] * len(ranges)
+    cons = consumer(bootstrap, client)
+    try:
+        try:
+            low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"{topic}[{partition}]: offsets unknown: {exc.args[0].str()}") from None
+        todo = [(s, e, i) for i, (s, e) in enumerate(ranges) if e > s]
+        if todo:
+            lo, hi = min(s for s, _, _ in todo), max(e for _, e, _ in todo)
+            _assign(cons, topic, partition, max(lo, low))
+            j = 0
+            for m in _consume(cons, f"{topic}[{partition}]", timeout_s):
+                if m.error() is not None:
+                    high = max(high, m.offset())
+                    break
+                off = m.offset()
+                if off >= hi:
+                    break
+                while j < len(todo) and off >= todo[j][1]:
+                    j += 1
+                if j < len(todo) and off >= todo[j][0]:
+                    counts[todo[j][2]] += 1
+            cached = cons.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            if cached and cached[1] >= 0:
+                high = max(high, cached[1])
+        return Observed(topic, partition, tuple(counts), low, high)
+    finally:
+        cons.close()
 
 
-def hour_ranges(bootstrap: str, topics: list[str], window: Window, timeout_s: float = 10.0,
-                client: Optional[dict] = None, readers: int = HOUR_RANGE_READERS) -> list[OffsetRange]:
-    """The non-empty hour ranges of every partition of ``topics`` in ``window``, read from Kafka now.
-
-    Used by the land gate as an independent observation of the log. Up to ``readers`` partitions
-    are read at once (:func:`partition_ranges`, one consumer each: librdkafka fetches outside the
-    GIL); the result is in topic, partition and hour order. Raises :class:`KafkaUnavailable`.
-    """
+def observe_ranges(bootstrap: str, ranges: dict[tuple[str, int], list[tuple[int, int]]], timeout_s: float = 30.0,
+                   client: Optional[dict] = None, readers: int = OBSERVE_READERS) -> list[Observed]:
+    """:func:`observe_partition` for every ``(topic, partition)`` of ``ranges``, up to ``readers`` at
+    once (one consumer each: librdkafka fetches outside the GIL). Used by the land gate as an
+    independent observation of the log. Raises :class:`KafkaUnavailable`."""
     from concurrent.futures import ThreadPoolExecutor
 
-    parts = partitions(bootstrap, topics, timeout_s, client)
-    timeout = max(timeout_s, 30.0)
-    with ThreadPoolExecutor(max(1, min(readers, len(parts))), thread_name_prefix="hour-ranges") as pool:
-        found = pool.map(lambda tp: partition_ranges(bootstrap, tp[0], tp[1], window, timeout, client), parts)
-        return [r for ranges in found for r in ranges]
+    items = sorted(ranges.items())
+    if not items:
+        return []
+    with ThreadPoolExecutor(max(1, min(readers, len(items))), thread_name_prefix="observe") as pool:
+        return list(pool.map(lambda kv: observe_partition(bootstrap, kv[0][0], kv[0][1], kv[1], timeout_s, client),
+                             items))

@@ -3,26 +3,36 @@
 ``raw.kafka_records`` columns: kafka_topic string, kafka_partition int, kafka_offset bigint,
 kafka_timestamp_ms bigint (record timestamp, ms), key binary, value binary (null for a Kafka
 tombstone; kept), headers array<struct<name string, value binary>>, landed_hour timestamp (UTC
-hour whose offset range holds the record; see ``cdclake.kafka_ranges``). Partitioned by
+hour of the run that took the record; see :mod:`cdclake.kafka_ranges`). Partitioned by
 (kafka_topic, hours(landed_hour)).
 
-``raw.land_manifest`` records what each run landed: kafka_topic, kafka_partition, landed_hour,
-start_offset, end_offset (exclusive), records (bigint), landed_at timestamp (one row per
-partition and non-empty hour; partitioned like the raw table, so that any window can be
-replaced by an overwrite whose filter matches whole files).
+``raw.land_manifest`` is the *offset ledger*: one row per topic partition and landed hour, empty
+hours included: kafka_topic, kafka_partition, landed_hour, start_offset, end_offset (exclusive),
+records (bigint), landed_at timestamp. A partition's ranges tile its log: a new hour starts
+exactly at the end offset of the range before it (:func:`cdclake.kafka_ranges.plan_partition`), so
+a record appended late, stamped inside an hour already landed, lands in the next hour that is
+landed, and a run after hours the scheduler missed lands every record since the last range.
+Partitioned like the raw table, so that any window can be replaced by an overwrite whose filter
+matches whole files.
 
-Re-landing a window replaces exactly that window's rows for the landed topics (one atomic
-Iceberg overwrite by filter), so reruns and backfills are idempotent.
+Re-landing a window re-reads exactly its ledger ranges and replaces exactly that window's rows for
+the landed topics (one atomic Iceberg overwrite by filter), so reruns and backfills are
+idempotent.
 """
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from typing import TYPE_CHECKING
+import os
+import time
+from typing import TYPE_CHECKING, Optional
 
 from cdclake import kafka_ranges
 from cdclake.catalog import MANIFEST_TABLE, RAW_TABLE, ensure_namespace, qualified
 from cdclake.config import PipelineConfig
-from cdclake.window import Window
+from cdclake.faults import kill_point
+from cdclake.kafka_ranges import OffsetRange, Piece
+from cdclake.window import UTC, Window
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,36 +113,112 @@ def raw_arrow_schema():
     return to_arrow_schema(_parse_datatype_string(RAW_SCHEMA))
 
 
+def settle_seconds(cfg: PipelineConfig, window: Window, now: Optional[dt.datetime] = None) -> float:
+    """Seconds to wait before landing ``window``: until ``land.grace_s`` after its end (0 when past)."""
+    now = now or dt.datetime.now(UTC)
+    return max(0.0, (window.end - now).total_seconds() + cfg.land.grace_s)
+
+
+def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window,
+         parts: list[tuple[str, int]]) -> dict[tuple[str, int], list[Piece]]:
+    """The pieces that land ``window`` for each ``(topic, partition)`` of ``parts``, from the ledger.
+
+    Reads the ledger's ranges inside the window and, per partition, the end of its latest range
+    before the window and the start of its earliest range after it
+    (:func:`cdclake.kafka_ranges.plan_partition`).
+    """
+    from pyspark.sql import functions as F
+
+    topics = sorted({t for t, _ in parts})
+    ledger = spark.table(qualified(cfg, MANIFEST_TABLE)).where(F.col("kafka_topic").isin(topics))
+    inside: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+    for r in ledger.where(window_filter(window, topics)).select(
+            "kafka_topic", "kafka_partition", F.expr("unix_millis(landed_hour)").alias("h"), "start_offset",
+            "end_offset").collect():
+        inside.setdefault((r.kafka_topic, r.kafka_partition), {})[r.h] = (r.start_offset, r.end_offset)
+    start, end = (F.lit(window.start).cast("timestamp"), F.lit(window.end).cast("timestamp"))
+    around = {(r.kafka_topic, r.kafka_partition): (r.prev_end, r.next_start) for r in ledger.groupBy(
+        "kafka_topic", "kafka_partition").agg(
+            F.max_by(F.when(F.col("landed_hour") < start, F.col("end_offset")),
+                     F.when(F.col("landed_hour") < start, F.col("landed_hour"))).alias("prev_end"),
+            F.min_by(F.when(F.col("landed_hour") >= end, F.col("start_offset")),
+                     F.when(F.col("landed_hour") >= end, F.col("landed_hour"))).alias("next_start")).collect()}
+    hours = [int(h.timestamp() * 1000) for h in window.hours()]
+    return {tp: kafka_ranges.plan_partition(tp[0], tp[1], hours, inside.get(tp, {}), *around.get(tp, (None, None)))
+            for tp in parts}
+
+
+def _ledger_rows(reported: list[tuple], plans: dict[tuple[str, int], list[Piece]]) -> list[OffsetRange]:
+    """The ranges the reading tasks reported, one per planned partition and hour.
+
+    A task re-run by Spark reports its ranges again: identical reports are one; differing ones
+    (the log moved between two reads) raise RuntimeError, as the raw rows may not match them.
+    """
+    found: dict[tuple, OffsetRange] = {}
+    for t, p, h, s, e, n in reported:
+        r = OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), s, e, n)
+        if found.setdefault((t, p, h), r) != r:
+            raise RuntimeError(f"{t}[{p}] hour {r.hour.isoformat()} was read twice with different offset "
+                               f"ranges ({found[(t, p, h)]} and {r}); run the window again")
+    want = {(tp[0], tp[1], h) for tp, pieces in plans.items() for piece in pieces for h in piece.hours}
+    if set(found) != want:
+        raise RuntimeError(f"reading tasks reported {len(found)} ledger ranges where {len(want)} were planned")
+    return [found[k] for k in sorted(found)]
+
+
 def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, int]:
     """Land every selected topic's records of ``window`` into the raw table; return counts per topic.
 
-    One Spark task per topic partition reads its records with confluent-kafka and hands them to
-    the JVM as Arrow batches (:func:`cdclake.kafka_ranges.arrow_batches`); one atomic overwrite
-    of the window; then the manifest (offset range and count per partition and hour). Raises
+    Waits first until ``land.grace_s`` seconds after the window's end (:func:`settle_seconds`).
+    Plans each partition's offset ranges from the ledger (:func:`plan`); one Spark task per topic
+    partition reads them with confluent-kafka and hands its records to the JVM as Arrow batches
+    (:func:`cdclake.kafka_ranges.arrow_batches`), reporting the exact range of every hour; one
+    atomic overwrite of the window in the raw table, then the ledger's rows of the window. Raises
     ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
     :class:`LandingShrinks`.
     """
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+    from pyspark.accumulators import AccumulatorParam
 
+    wait = settle_seconds(cfg, window)
+    if wait > 0:
+        log.info("waiting %.0f s before landing %s: land.grace_s is %.0f s after the window's end", wait, window,
+                 cfg.land.grace_s)
+        time.sleep(wait)
     topics = list(window.topics or cfg.topics())
     k = cfg.kafka
     parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
     ensure_tables(spark, cfg)
+    plans = plan(spark, cfg, window, parts)
     bootstrap, timeout, client = k.bootstrap_servers, max(30.0, k.timeout_s), dict(k.client)
     schema = raw_arrow_schema()
+
+    class _Ranges(AccumulatorParam):
+        def zero(self, value):
+            return []
+
+        def addInPlace(self, a, b):
+            a.extend(b)
+            return a
+
+    reported = spark.sparkContext.accumulator([], _Ranges())
+    driver = os.getpid()
 
     def read(batches):
         for b in batches:
             for topic, p in zip(b.column(0).to_pylist(), b.column(1).to_pylist()):
-                yield from kafka_ranges.arrow_batches(bootstrap, topic, p, window, schema, timeout, client)
+                ranges: list[OffsetRange] = []
+                yield from kafka_ranges.arrow_batches(bootstrap, plans[(topic, p)], schema, ranges, timeout, client,
+                                                      after_batch=lambda: kill_point("land.writing", driver))
+                reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
+                              for r in ranges])
 
     # one row, and so one task, per topic partition
     todo = spark.createDataFrame(spark.sparkContext.parallelize(parts, max(1, len(parts))),
                                  "kafka_topic string, kafka_partition int")
     df = todo.mapInArrow(read, RAW_SCHEMA)
     # A first landing of the window goes straight from Kafka to the table; a rerun keeps the
-    # records it read (memory, then local disk) to count them against the manifest before it
+    # records it read (memory, then local disk) to count them against the ledger before it
     # replaces anything, so Kafka is read once either way.
     rerun = bool(spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).take(1))
     try:
@@ -142,19 +228,19 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
         df.writeTo(qualified(cfg, RAW_TABLE)).overwrite(window_filter(window, topics))
     finally:
         df.unpersist()  # nothing to free after a first landing
+    kill_point("land.raw_written")
 
-    manifest = (spark.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
-                .groupBy("kafka_topic", "kafka_partition", "landed_hour")
-                .agg(F.min("kafka_offset").alias("start_offset"), (F.max("kafka_offset") + 1).alias("end_offset"),
-                     F.count("*").alias("records"))
-                .withColumn("landed_at", F.current_timestamp()))
-    manifest.writeTo(qualified(cfg, MANIFEST_TABLE)).overwrite(window_filter(window, topics))
+    ledger = _ledger_rows(reported.value, plans)
+    now = dt.datetime.now(UTC)
+    rows = [(r.topic, r.partition, r.hour, r.start, r.end, r.records, now) for r in ledger]
+    spark.createDataFrame(rows, MANIFEST_SCHEMA).writeTo(qualified(cfg, MANIFEST_TABLE)).overwrite(
+        window_filter(window, topics))
     result = {t: 0 for t in topics}
-    for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).orderBy(
-            "kafka_topic", "kafka_partition", "landed_hour").collect():
-        log.info("landed %s[%d] hour %s: offsets %d..%d, %d records", r.kafka_topic, r.kafka_partition,
-                 r.landed_hour.isoformat(), r.start_offset, r.end_offset, r.records)
-        result[r.kafka_topic] += r.records
+    for r in ledger:
+        if r.records or r.end > r.start:
+            log.info("landed %s[%d] hour %s: offsets %d..%d, %d records", r.topic, r.partition, r.hour.isoformat(),
+                     r.start, r.end, r.records)
+        result[r.topic] += r.records
     for t, n in result.items():
         log.info("landed %d records of topic %s for %s", n, t, window)
     return result
