@@ -17,6 +17,9 @@ column                          type                    meaning
 ``_cdc_kafka_offset``
 ==============================  ======================  ============================================
 
+A new history table gets a location of its own (:func:`cdclake.silver.table_location`), never a
+path made of the source's names; an existing one keeps its location.
+
 A delete is a version too (its values are the before image; never current). Versions are not
 appended incrementally: for every key a window touches, the key's whole history is recomputed
 from all of its bronze changes (every landed hour) and merged on (key, position, Kafka
@@ -170,7 +173,7 @@ def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, 
     from pyspark.sql import functions as F
 
     from cdclake.catalog import ensure_namespace
-    from cdclake.silver import ensure_silver_table
+    from cdclake.silver import ensure_silver_table, table_location
 
     touched = keyed_changes(window_changes, pk).select("key").distinct()
     keyed = keyed_changes(all_changes, pk)
@@ -182,7 +185,8 @@ def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, 
     versions = spark.createDataFrame(grouped.map(lambda v: (list(v[0]),) + tuple(v[1:])), _VERSION_SCHEMA)
     ensure_namespace(spark, cfg, cfg.silver.namespace + "_history")
     name = history_table(cfg, silver_name)
-    types = ensure_silver_table(spark, cfg, name, pk, types, result, meta=HISTORY_META)
+    location = table_location(cfg, cfg.silver.namespace + "_history", silver_name)
+    types = ensure_silver_table(spark, cfg, name, pk, types, result, meta=HISTORY_META, location=location)
     q, lit = T.quote_ident, T.sql_string
     select = [f"{T.sql_cast(f'key[{i}]', types[k])} AS {q(k)}" for i, k in enumerate(pk)]
     select += [f"{T.sql_cast(f'img[{lit(c)}]', t)} AS {q(c)}" for c, t in types.items() if c not in pk]

@@ -28,21 +28,44 @@ For every source table in the window's bronze rows:
    (:func:`with_tombstones`), so a rerun of an earlier hour cannot bring a deleted row back.
 
 Silver tables live in ``<catalog>.<silver.namespace>`` and are named
-``<table_prefix><database>__<schema>__<table>`` (missing parts left out). They are created on first
-sight with typed columns (``cdclake.types``), bucketed by the first key column, Iceberg format 2,
-merge-on-read by default. New columns are added; widened types evolve; an incompatible type
-change stops that table with :class:`SchemaChangeError` while other tables proceed. Columns whose
-names start with ``_cdc_`` are reserved.
+``<table_prefix><database>__<schema>__<table>`` (missing parts left out). A name longer than
+:data:`MAX_NAME_CHARS` (255, what catalogs hold: PostgreSQL's Iceberg JDBC catalog keeps table
+names in VARCHAR(255)) is shortened deterministically to its first 238 characters, ``~`` and the
+first 16 hex digits of the SHA-256 of the whole name (UTF-8): 255 characters
+(:attr:`SourceTable.silver_name`); a table an earlier version created under the whole name keeps
+it. Tombstone and history tables take the silver table's name in their own namespaces. New
+tables record their source table in the property ``cdc.source-table`` (JSON ``[prefix, database,
+schema, table]``); a 255-character name held by another source table stops the table
+(:class:`SilverError`) instead of mixing two tables' rows.
+
+Names from messages (database, schema, table, column) are accepted as :mod:`cdclake.names` says,
+reach SQL only quoted (``quote_ident``, ``sql_string``) and never become paths: every table this
+module creates (silver, tombstones, history) gets an explicit location
+``<warehouse>/<namespace>/<slug>-<hash>`` (:func:`table_location`), its partition field is named
+``_cdc_bucket``, and its key columns are stored as JSON in ``cdc.primary-key-columns`` (beside the
+comma-joined ``cdc.primary-key``). Tables created before keep their names and locations.
+
+Tables are created on first sight with typed columns (``cdclake.types``), bucketed by the first
+key column, Iceberg format 2, merge-on-read by default. New columns are added; types evolve only
+by Iceberg's promotions (int → bigint, float → double, decimal(P,S) → decimal(P',S) with P' > P;
+:func:`cdclake.types.widen`) and a narrower type keeps the silver one; any other type change (a
+decimal scale change, bigint → string ...) stops that table with :class:`SchemaChangeError`, naming
+table, column and both types, while other tables proceed. Columns whose names start with
+``_cdc_`` are reserved.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Optional
 
 from cdclake import types as T
 from cdclake.catalog import BRONZE_TABLE, describe, ensure_namespace, materialize, qualified
 from cdclake.config import PipelineConfig
+from cdclake.faults import kill_point
 from cdclake.land import window_filter
 from cdclake.window import Window
 
@@ -77,21 +100,86 @@ class SchemaChangeError(SilverError):
     """An incompatible column type change (e.g. bigint → string) for one table."""
 
 
+#: Longest table name the pipeline gives a table (characters): what catalogs hold.
+MAX_NAME_CHARS = 255
+#: Hex digits of the SHA-256 that end a shortened name and a table location.
+NAME_HASH_DIGITS = 16
+#: Table property naming the source table of a silver table (JSON [prefix, database, schema, table]).
+SOURCE_TABLE_PROPERTY = "cdc.source-table"
+#: Table property holding the primary key columns as a JSON array (``cdc.primary-key`` joins them with commas).
+PRIMARY_KEY_PROPERTY = "cdc.primary-key-columns"
+
+
+def _digest(name: str) -> str:
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:NAME_HASH_DIGITS]
+
+
+def short_name(name: str) -> str:
+    """``name`` when it has at most :data:`MAX_NAME_CHARS` characters, else its shortened form.
+
+    Shortened: the first 238 characters, ``~``, and the first 16 hex digits of the SHA-256 of the
+    whole name in UTF-8 (255 characters), e.g. ``short_name("a" * 300) == "a" * 238 + "~" + hex16``.
+    """
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    return name[:MAX_NAME_CHARS - NAME_HASH_DIGITS - 1] + "~" + _digest(name)
+
+
+def table_location(cfg: PipelineConfig, namespace: str, name: str) -> str:
+    """The location given to a new table ``name`` of ``namespace``: ``<warehouse>/<namespace>/<slug>-<hash>``.
+
+    ``slug``: the first 40 ASCII letters, digits and underscores of ``name`` (other runs become
+    one ``_``; ``t`` when none is left), ``hash``: the first 16 hex digits of the SHA-256 of
+    ``name`` (UTF-8). So a name from a message never becomes a path, and the location is under
+    the warehouse, in the namespace's directory (as Iceberg's default location would be).
+    """
+    slug = re.sub(r"[^A-Za-z0-9_]+", "_", name)[:40].strip("_") or "t"
+    return f"{cfg.catalog.warehouse.rstrip('/')}/{namespace}/{slug}-{_digest(name)}"
+
+
 @dataclass(frozen=True)
 class SourceTable:
-    """A source table as bronze names it, plus the topic's silver table prefix."""
+    """A source table as bronze names it, plus the topic's silver table prefix.
+
+    ``legacy_name``: the silver table was created by an earlier version under :attr:`full_name`
+    though that is longer than :data:`MAX_NAME_CHARS` (see :func:`resolve_legacy_name`).
+    """
 
     prefix: str
     database: Optional[str]
     schema: Optional[str]
     table: str
+    legacy_name: bool = field(default=False, compare=False)
+
+    @property
+    def full_name(self) -> str:
+        """``<prefix><database>__<schema>__<table>`` (missing parts left out), however long."""
+        return self.prefix + "__".join(p for p in (self.database, self.schema, self.table) if p)
 
     @property
     def silver_name(self) -> str:
-        return self.prefix + "__".join(p for p in (self.database, self.schema, self.table) if p)
+        """The silver table name: :attr:`full_name`, shortened by :func:`short_name` when too long."""
+        return self.full_name if self.legacy_name else short_name(self.full_name)
+
+    def identity(self) -> str:
+        """The value of :data:`SOURCE_TABLE_PROPERTY`: JSON ``[prefix, database, schema, table]``."""
+        return json.dumps([self.prefix, self.database, self.schema, self.table], ensure_ascii=False)
 
     def __str__(self) -> str:
         return ".".join(p for p in (self.database, self.schema, self.table) if p)
+
+
+def resolve_legacy_name(st: SourceTable, exists: Callable[[str], bool]) -> SourceTable:
+    """``st``, marked :attr:`SourceTable.legacy_name` when its silver table has its long name.
+
+    An earlier version named every silver table :attr:`SourceTable.full_name`, however long (a
+    catalog on an object store could hold such names). When that name is longer than
+    :data:`MAX_NAME_CHARS` and ``exists(full_name)`` (the silver table of that name exists in the
+    silver namespace), the table keeps it; otherwise ``st`` is returned unchanged.
+    """
+    if st.legacy_name or len(st.full_name) <= MAX_NAME_CHARS:
+        return st
+    return replace(st, legacy_name=True) if exists(st.full_name) else st
 
 
 @dataclass
@@ -122,12 +210,13 @@ def _table_exists(spark: "SparkSession", name: str) -> bool:
         raise
 
 
-def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
+def batch_schema(changes: "DataFrame", table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
     """Primary key (of the latest change) and column types (widened over the batch), in source order.
 
     Columns come in the order of the first change carrying them and their place in its image (the
     message's column order). Columns without a type are ``string``. Raises :class:`SchemaChangeError` for an
-    incompatible type change inside the batch.
+    incompatible type change inside the batch (:func:`cdclake.types.widen`), naming ``table`` (the
+    silver table), the column and both types.
     """
     from pyspark.sql import functions as F
 
@@ -158,7 +247,9 @@ def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
         if c in seen:
             w = T.widen(seen[c], t)
             if w is None:
-                raise SchemaChangeError(f"column {c!r} changes type from {seen[c]} to {t} inside the batch")
+                raise SchemaChangeError(f"silver table {table or '?'}: column {c!r} changes type from {seen[c]} to {t} "
+                                        "inside the batch (Iceberg promotes only int to bigint, float to double "
+                                        "and a decimal's precision at the same scale)")
             t = w
         seen[c] = t
     types.update(seen)
@@ -169,12 +260,18 @@ def batch_schema(changes: "DataFrame") -> tuple[list[str], dict[str, str]]:
 
 def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, pk: list[str],
                         types: dict[str, str], result: TableResult,
-                        meta: Optional[dict[str, str]] = None) -> dict[str, str]:
+                        meta: Optional[dict[str, str]] = None, location: Optional[str] = None,
+                        properties: Optional[dict[str, str]] = None) -> dict[str, str]:
     """Create the silver (or history) table, or evolve it to hold ``types``; return its column types.
 
+    ``name``: the quoted Spark name; ``pk``: key columns; ``types``: column → canonical type.
     ``meta`` are the ``_cdc_*`` columns (default :data:`META_COLUMNS`, plus ``_cdc_deleted`` in
-    soft-delete mode). Raises :class:`SchemaChangeError` naming table, column and both types for
-    an incompatible change (narrowing is ignored: the wider silver type stays).
+    soft-delete mode). A new table is created at ``location`` (:func:`table_location`; None: the
+    catalog's default, for pipeline-owned names only) with ``properties`` added to its own
+    (format 2, write modes, ``cdc.primary-key`` and :data:`PRIMARY_KEY_PROPERTY`), then bucketed
+    by ``pk[0]`` in the partition field ``_cdc_bucket``. An existing table keeps its location.
+    Raises :class:`SchemaChangeError` naming table, column and both types for a type change
+    Iceberg cannot make (:func:`cdclake.types.widen`; a narrower type keeps the silver type).
     """
     q = T.quote_ident
     if meta is None:
@@ -182,11 +279,15 @@ def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, p
     if not _table_exists(spark, name):
         cols = [f"{q(c)} {T.spark_type(t)}" for c, t in types.items()] + [f"{c} {t}" for c, t in meta.items()]
         mode = cfg.silver.write_mode
+        props = {"format-version": "2", "write.merge.mode": mode, "write.update.mode": mode,
+                 "write.delete.mode": mode, "cdc.primary-key": ",".join(pk),
+                 PRIMARY_KEY_PROPERTY: json.dumps(pk, ensure_ascii=False), **(properties or {})}
         spark.sql(
             f"CREATE TABLE {name} ({', '.join(cols)}) USING iceberg "
-            f"PARTITIONED BY (bucket({cfg.silver.buckets}, {q(pk[0])})) TBLPROPERTIES ("
-            f"'format-version'='2', 'write.merge.mode'='{mode}', 'write.update.mode'='{mode}', "
-            f"'write.delete.mode'='{mode}', 'cdc.primary-key'={T.sql_string(','.join(pk))})")
+            + (f"LOCATION {T.sql_string(location)} " if location else "")
+            + "TBLPROPERTIES (" + ", ".join(f"{T.sql_string(k)}={T.sql_string(v)}" for k, v in props.items()) + ")")
+        # named by the pipeline: Iceberg would name it after the column, and put that in data file paths
+        spark.sql(f"ALTER TABLE {name} ADD PARTITION FIELD bucket({cfg.silver.buckets}, {q(pk[0])}) AS _cdc_bucket")
         log.info("created silver table %s with key %s and %d columns", name, pk, len(types))
         return dict(types)
     fields = spark.table(name).schema.fields
@@ -206,7 +307,9 @@ def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, p
         old = current[c]
         wider = T.widen(old, t)
         if wider is None:
-            raise SchemaChangeError(f"silver table {name}: column {c!r} cannot change type from {old} to {t}")
+            raise SchemaChangeError(f"silver table {name}: column {c!r} cannot change type from {old} to {t} "
+                                    "(Iceberg promotes only int to bigint, float to double and a decimal's "
+                                    "precision at the same scale)")
         if wider != old:
             spark.sql(f"ALTER TABLE {name} ALTER COLUMN {q(c)} TYPE {wider}")
             current[c] = wider
@@ -563,7 +666,9 @@ def tombstone_table(cfg: PipelineConfig, st: SourceTable) -> str:
 def _ensure_tombstone_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> str:
     ensure_namespace(spark, cfg, cfg.silver.namespace + "_tombstones")
     name = tombstone_table(cfg, st)
+    location = table_location(cfg, cfg.silver.namespace + "_tombstones", st.silver_name)
     spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({TOMBSTONE_SCHEMA}) USING iceberg "
+              f"LOCATION {T.sql_string(location)} "
               "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
               "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")
     return name
@@ -693,6 +798,27 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
             f"{not_matched} INSERT ({', '.join(insert_cols)}) VALUES ({', '.join(insert_vals)})")
 
 
+def _new_table(cfg: PipelineConfig, st: SourceTable) -> dict:
+    """Location and properties of the silver table of ``st`` when it is created."""
+    return {"location": table_location(cfg, cfg.silver.namespace, st.silver_name),
+            "properties": {SOURCE_TABLE_PROPERTY: st.identity()}}
+
+
+def _check_owner(spark: "SparkSession", name: str, st: SourceTable) -> None:
+    """Raise :class:`SilverError` when silver table ``name`` records another source table than ``st``.
+
+    Only a name of :data:`MAX_NAME_CHARS` characters can be both a source table's own name and
+    another's shortened one (:func:`short_name`); only those are looked at.
+    """
+    if len(st.silver_name) != MAX_NAME_CHARS or not _table_exists(spark, name):
+        return
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
+    owner = props.get(SOURCE_TABLE_PROPERTY)
+    if owner is not None and owner != st.identity():
+        raise SilverError(f"silver table {name} holds source table {owner}, not {st.identity()}: two source "
+                          "tables have this silver name")
+
+
 def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, changes: "DataFrame",
                 landed: Optional["DataFrame"] = None, history: bool = False) -> TableResult:
     """Merge one source table's changes (bronze rows) into its silver table.
@@ -701,13 +827,17 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     that an earlier batch's key change moved are replayed with that key change
     (:func:`replay_rows`); with ``history`` too, the SCD type 2 history of the keys the changes
     touch is recomputed (:mod:`cdclake.history`). Raises :class:`SchemaChangeError` for an
-    incompatible type change; Spark errors propagate.
+    incompatible type change, :class:`SilverError` when the silver table's name belongs to another
+    source table (:data:`SOURCE_TABLE_PROPERTY`); Spark errors propagate.
     """
     from pyspark.sql import functions as F
 
+    ensure_namespace(spark, cfg, cfg.silver.namespace)
+    st = resolve_legacy_name(st, lambda n: _table_exists(
+        spark, f"{cfg.catalog.name}.{T.quote_ident(cfg.silver.namespace)}.{T.quote_ident(n)}"))
     name = silver_table(cfg, st)
     result = TableResult(table=name)
-    ensure_namespace(spark, cfg, cfg.silver.namespace)
+    _check_owner(spark, name, st)
     changes = materialize(changes)
     result.changes = changes.count()
     rows = changes.where(F.col("op") != "truncate")
@@ -729,8 +859,8 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
         rows = rows.where(F.struct(*_ORDER[:3]) > truncated_at)
     if not rows.take(1):
         return result
-    pk, types = batch_schema(rows)
-    types = ensure_silver_table(spark, cfg, name, pk, types, result)
+    pk, types = batch_schema(rows, name)
+    types = ensure_silver_table(spark, cfg, name, pk, types, result, **_new_table(cfg, st))
     hard = cfg.silver.delete_mode == "hard"
     keyed = keyed_rows(rows, pk)
     if hard:
@@ -745,8 +875,8 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
         extra = replay_rows(spark, cfg, name, keyed, rows, replay_from, pk, types)
     if extra is not None:
         rows = materialize(rows.unionByName(extra))
-        pk, types = batch_schema(rows)
-        types = ensure_silver_table(spark, cfg, name, pk, types, result)
+        pk, types = batch_schema(rows, name)
+        types = ensure_silver_table(spark, cfg, name, pk, types, result, **_new_table(cfg, st))
         keyed = keyed_rows(rows, pk)
         if hard:
             keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
@@ -768,6 +898,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     view = "_cdc_merge_source"
     src.createOrReplaceTempView(view)
     spark.sql(merge_sql(cfg, name, view, pk, types))
+    kill_point("silver.merged")
     if hard:
         record_tombstones(spark, cfg, st, view, len(pk))
     if history and landed is not None:

@@ -121,25 +121,29 @@ def sql_text(expr: str, ctype: str) -> str:
 
 
 def widen(old: str, new: str) -> Optional[str]:
-    """The type a column of type ``old`` becomes when a change carries ``new``.
+    """The type a column of type ``old`` becomes when a change carries ``new``, by Iceberg's promotions.
 
-    Returns ``old`` when ``new`` is the same or narrower, the wider type for a widening
-    (int → bigint, float → double, decimal precision up), and None when the two are
-    incompatible.
+    Iceberg promotes a column only int → bigint (long), float → double and decimal(P,S) →
+    decimal(P',S) with P' > P (same scale). Returns the wider type for such a promotion, ``old``
+    when ``new`` is the same or narrower by one of them (bigint then int stays bigint;
+    decimal(12,2) then decimal(10,2) stays decimal(12,2)), and None for any other pair (a
+    decimal scale change, int → double, bigint → decimal, anything → string ...). Type names are
+    canonical (:func:`normalize_type`; smallint counts as int).
+
+    >>> widen("decimal(10,2)", "decimal(12,2)")
+    'decimal(12,2)'
+    >>> widen("decimal(10,2)", "decimal(10,4)") is None
+    True
     """
     old, new = spark_type(old), spark_type(new)
     if old == new:
         return old
-    order = {"int": 1, "bigint": 2}
-    if old in order and new in order:
-        return old if order[old] >= order[new] else new
-    if {old, new} == {"float", "double"}:
-        return "double"
+    for chain in (("int", "bigint"), ("float", "double")):
+        if old in chain and new in chain:
+            return chain[max(chain.index(old), chain.index(new))]
     po, pn = decimal_precision_scale(old), decimal_precision_scale(new)
-    if po and pn:
-        scale = max(po[1], pn[1])
-        integer = max(po[0] - po[1], pn[0] - pn[1])
-        return f"decimal({min(38, integer + scale)},{scale})"
+    if po and pn and po[1] == pn[1]:
+        return old if po[0] >= pn[0] else new
     return None
 
 
