@@ -17,15 +17,20 @@ Table names used by the pipeline (all inside the configured catalog):
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 from cdclake.config import REPO_ROOT, CatalogConfig, ConfigError, PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RAW_TABLE = "raw.kafka_records"
 MANIFEST_TABLE = "raw.land_manifest"
@@ -113,20 +118,108 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
     return conf
 
 
+#: How long a reach into the catalog database retries, in seconds, while another connection holds
+#: a lock on it (SQLite: another writer, or an exclusive lock) before :class:`CatalogLocked`.
+CATALOG_LOCK_WAIT_S = 60.0
+#: SQLite's own busy wait of each attempt, in seconds (pyiceberg's connections); the backoff of
+#: :func:`with_retries` waits between attempts.
+SQLITE_BUSY_TIMEOUT_S = 1.0
+#: First and largest pause between two attempts of :func:`with_retries`, in seconds (doubling).
+RETRY_FIRST_DELAY_S = 0.2
+RETRY_MAX_DELAY_S = 5.0
+
+
+class CatalogLocked(RuntimeError):
+    """The catalog database stayed locked by another connection for the whole retry budget."""
+
+
+def catalog_locked(exc: BaseException) -> bool:
+    """True when ``exc``, or an exception it was raised from, says the catalog database is locked.
+
+    Recognises SQLite's ``database is locked`` / ``database table is locked`` (Python's sqlite3,
+    SQLAlchemy, the SQLite JDBC driver's ``SQLITE_BUSY``) and PostgreSQL's lock-not-available and
+    deadlock errors (SQLSTATE 55P03, 40P01). A :class:`CatalogLocked` is a final verdict: False.
+    """
+    seen: set[int] = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen and not isinstance(e, CatalogLocked):
+        seen.add(id(e))
+        text = str(e).lower()
+        if ("database is locked" in text or "database table is locked" in text or "sqlite_busy" in text
+                or "lock not available" in text):
+            return True
+        code = getattr(getattr(e, "orig", None), "pgcode", None) or getattr(e, "pgcode", None)
+        if code in ("55P03", "40P01"):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def catalog_where(cat: CatalogConfig) -> str:
+    """The catalog's name and database for messages: ``lake (jdbc:sqlite:/abs/catalog.db)``, no query string."""
+    return f"{cat.name} ({cat.uri.split('?')[0]})"
+
+
+def with_retries(fn: Callable[[], T], cat: CatalogConfig, what: str, *, transient: tuple = (),
+                 wait_s: Optional[float] = None) -> T:
+    """``fn()``, called again with backoff while it fails on a locked catalog or a ``transient`` error.
+
+    ``cat``: the catalog ``fn`` reaches (named in messages). ``what``: what ``fn`` does, for the
+    log and messages (e.g. ``"land gate"``). ``transient``: exception classes retried as well (a
+    lock of the catalog database, :func:`catalog_locked`, always is). ``wait_s``: retry budget in
+    seconds from the first call (default :data:`CATALOG_LOCK_WAIT_S`); pauses double from
+    :data:`RETRY_FIRST_DELAY_S` up to :data:`RETRY_MAX_DELAY_S`, each retry logged as a warning.
+
+    Returns what ``fn`` returns. Raises :class:`CatalogLocked` (one line naming the catalog, how long
+    it waited and how many tries) when the catalog is still locked at the end of the budget, the
+    last exception itself when another transient error outlasts it, and any other exception at once.
+    """
+    budget = CATALOG_LOCK_WAIT_S if wait_s is None else wait_s
+    start = time.monotonic()
+    delay, tries = RETRY_FIRST_DELAY_S, 0
+    while True:
+        tries += 1
+        try:
+            return fn()
+        except CatalogLocked:
+            raise
+        except Exception as exc:
+            locked = catalog_locked(exc)
+            if not locked and not (transient and isinstance(exc, transient)):
+                raise
+            waited = time.monotonic() - start
+            if waited + delay > budget:
+                if locked:
+                    raise CatalogLocked(
+                        f"catalog {catalog_where(cat)} is locked by another connection: {what} gave up after "
+                        f"waiting {waited:.1f}s ({tries} tries): {describe(exc)}") from exc
+                log.error("%s: giving up after %.1fs (%d tries): %s", what, waited, tries, describe(exc))
+                raise
+            log.warning("%s: %s; retry %d in %.1fs", what,
+                        f"catalog {catalog_where(cat)} is locked" if locked else describe(exc), tries, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY_S)
+
+
 def pyiceberg_catalog(cat: CatalogConfig):
-    """pyiceberg ``SqlCatalog`` on the same catalog as Spark (creates its tables when missing)."""
+    """pyiceberg ``SqlCatalog`` on the same catalog as Spark (creates its tables when missing).
+
+    Opening it reads the catalog database: a locked database is retried (:func:`with_retries`,
+    raises :class:`CatalogLocked`). Raises :class:`ConfigError` for a missing catalog directory.
+    """
     from pyiceberg.catalog.sql import SqlCatalog
 
     check_catalog(cat)
     if _kind(cat) == "sqlite":
-        uri = "sqlite:///" + cat.uri.removeprefix("jdbc:sqlite:")
+        path = cat.uri.removeprefix("jdbc:sqlite:")
+        uri = f"sqlite:///{path}{'&' if '?' in path else '?'}timeout={SQLITE_BUSY_TIMEOUT_S:g}"
     else:
         rest = cat.uri.removeprefix("jdbc:postgresql://")
         from urllib.parse import quote
 
         auth = f"{quote(cat.user, safe='')}:{quote(cat.password or '', safe='')}@" if cat.user else ""
         uri = f"postgresql+psycopg2://{auth}{rest}"
-    return SqlCatalog(cat.name, uri=uri, warehouse=cat.warehouse)
+    return with_retries(lambda: SqlCatalog(cat.name, uri=uri, warehouse=cat.warehouse), cat, "opening the catalog")
 
 
 def spark_session(cfg: PipelineConfig, app_name: str = "cdclake") -> "SparkSession":

@@ -1,13 +1,18 @@
 """Shared command line of the stage jobs: ``--pipeline FILE --start ISO --end ISO [--topics a,b]``.
 
 Exit codes: 0 done; 2 bad input (config, window, catalog directory); 1 the stage failed
-(broker unreachable, landed records gone from Kafka, tables not merged, gate failed). Errors print one line
-``error: <cause>`` on stderr (the traceback goes to the log before it).
+(broker unreachable, landed records gone from Kafka, tables not merged, gate failed, another run
+holds the writer lock of a topic past ``locks.wait_s``, the catalog database stayed locked). Errors
+print one line ``error: <cause>`` on stderr (the traceback goes to the log before it).
+
+The writing stages (land, normalize, silver) hold the writer lock of their topics
+(:mod:`cdclake.locks`) from before the Spark session starts until the stage ends.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from typing import Callable
 
@@ -39,10 +44,15 @@ def load(args: argparse.Namespace) -> tuple[PipelineConfig, Window]:
 
 
 def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list[str] | None = None) -> int:
-    """Parse arguments, run ``run(cfg, window)``, map errors to a one-line message and exit code."""
-    from cdclake.catalog import check_catalog
+    """Parse arguments, run ``run(cfg, window)``, map errors to a one-line message and exit code.
+
+    For a writing stage (:data:`cdclake.locks.WRITING_STAGES`) ``run`` runs inside the writer lock
+    of the window's topics; a busy or lost lock exits 1 with ``error: <the lock's message>``.
+    """
+    from cdclake.catalog import CatalogLocked, check_catalog
     from cdclake.kafka_ranges import KafkaUnavailable
     from cdclake.land import LandingShrinks
+    from cdclake.locks import WRITING_STAGES, WriterLockError, writer_lock
 
     setup_logging()
     args = parse_args(stage, sys.argv[1:] if argv is None else argv)
@@ -50,19 +60,53 @@ def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list
         cfg, window = load(args)
         check_catalog(cfg.catalog)
         log.info("%s: pipeline %s, window %s, topics %s", stage, cfg.name, window, list(window.topics or cfg.topics()))
-        result = run(cfg, window)
+        if stage in WRITING_STAGES:
+            with writer_lock(cfg, stage, window):
+                result = run(cfg, window)
+        else:
+            result = run(cfg, window)
         log.info("%s done: %s", stage, result)
         return 0
     except (ConfigError, WindowError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (KafkaUnavailable, LandingShrinks) as exc:
+    except (KafkaUnavailable, LandingShrinks, WriterLockError, CatalogLocked) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
         log.error("stage %s failed", stage, exc_info=True)
-        print(f"error: {stage} failed: {describe(exc)}", file=sys.stderr)
+        cause = task_failure(exc)
+        unavailable = f"{KafkaUnavailable.__module__}.{KafkaUnavailable.__name__}: "
+        if cause and cause.startswith(unavailable):  # raised in a Spark task reading Kafka
+            print(f"error: cannot read Kafka at {cfg.kafka.bootstrap_servers}: {cause.removeprefix(unavailable)}",
+                  file=sys.stderr)
+        else:
+            print(f"error: {stage} failed: {cause or describe(exc)}", file=sys.stderr)
         return 1
+
+
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?(\S[^\n]*)")
+
+
+def task_failure(exc: BaseException) -> str | None:
+    """The exception line (``module.Class: message``) of the Python traceback a failed Spark task
+    sent back inside ``exc`` (pyspark's ``PythonException``, or a py4j error whose cause carries
+    one), or None when ``exc`` holds no Python traceback. With chained tracebacks, the last one's.
+    """
+    texts = [str(exc)]
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            while java is not None and len(texts) < 20:
+                texts.append(str(java.getMessage() or ""))
+                java = java.getCause()
+        except Exception:
+            pass
+    for text in texts:
+        found = _TRACEBACK.findall(text)
+        if found:
+            return found[-1].strip()
+    return None
 
 
 def spark_stage(stage: str, fn: Callable) -> Callable[[PipelineConfig, Window], object]:

@@ -7,9 +7,19 @@ inside a Spark task), exactly as an out-of-memory killer or a lost node would st
 
 Points (each named ``<stage>.<where>``):
 
-- ``land.writing``: inside a reading task, after its first Arrow batch went to the raw table's
-  writer (data files of the write exist, nothing is committed).
+- ``land.writing``: inside a reading task, after its first Arrow batch was handed to Spark: the
+  raw write is under way, nothing is committed. (The raw table's writes are distributed by hour,
+  so its data files are written in the stage after the reading tasks; the fault test also kills
+  the job's JVM, whose own shutdown would otherwise abort the write tidily.)
 - ``land.raw_written``: after the raw table's commit, before the offset ledger's.
+- ``normalize.bronze_written``: after the ``bronze.changes`` overwrite of the window is
+  committed, before the quarantine and control tables are written.
+- ``silver.merged``: after the first silver table's ``MERGE`` is committed, before its tombstones
+  (and history) are recorded and before the next table is merged.
+
+A killed stage leaves its writer lock behind (:mod:`cdclake.locks`); its rerun on the same host
+takes it over at once, as the pid is gone. Files a killed write had written but not committed are
+removed by :func:`cdclake.maintenance.remove_orphan_files`.
 """
 from __future__ import annotations
 

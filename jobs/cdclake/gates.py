@@ -152,8 +152,12 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
 
 
 def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
-    """The silver gate's ``keys:<table>`` frames, one per silver table the window touched."""
-    from cdclake.silver import SourceTable
+    """The silver gate's ``keys:<table>`` frames, one per silver table the window touched.
+
+    The key columns come from the table property ``cdc.primary-key-columns`` (a JSON array), or
+    for tables created before it, from ``cdc.primary-key`` (comma-joined).
+    """
+    from cdclake.silver import PRIMARY_KEY_PROPERTY, SourceTable, resolve_legacy_name
 
     topics = list(window.topics or cfg.topics())
     cat = pyiceberg_catalog(cfg.catalog)
@@ -161,13 +165,16 @@ def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
     bronze = _scan(cat, BRONZE_TABLE, window, topics,
                    ("kafka_topic", "source_database", "source_schema", "source_table", "op"))
     bronze = bronze[bronze["op"] != "truncate"]
-    names = sorted({SourceTable(prefixes.get(r.kafka_topic, ""), r.source_database, r.source_schema,
-                                r.source_table).silver_name
+    ns = cfg.silver.namespace
+    names = sorted({resolve_legacy_name(SourceTable(prefixes.get(r.kafka_topic, ""), r.source_database,
+                                                    r.source_schema, r.source_table),
+                                        lambda n: cat.table_exists((ns, n))).silver_name
                     for r in bronze.drop_duplicates().itertuples()})
     frames = {}
     for name in names:
-        tbl = cat.load_table((cfg.silver.namespace, name))
-        pk = (tbl.properties.get("cdc.primary-key") or "").split(",")
+        tbl = cat.load_table((ns, name))
+        stored = tbl.properties.get(PRIMARY_KEY_PROPERTY)
+        pk = json.loads(stored) if stored else (tbl.properties.get("cdc.primary-key") or "").split(",")
         frames[f"keys:{name}"] = (tbl.scan(selected_fields=tuple(pk)).to_pandas(), pk)
     return frames
 
@@ -226,10 +233,10 @@ def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: O
         safe = re.sub(r"[^A-Za-z0-9_]+", "_", frame_name)
         asset = source.add_dataframe_asset(f"{stage}_{safe}_{i}")
         batch = asset.add_batch_definition_whole_dataframe("all")
-        gsuite = ctx.suites.add(gx.ExpectationSuite(name=f"{stage}.{safe}"))
+        gsuite = ctx.suites.add(gx.ExpectationSuite(name=f"{stage}.{safe}_{i}"))
         for exp in _expectations(spec, pk):
             gsuite.add_expectation(exp)
-        vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"{stage}.{safe}", data=batch, suite=gsuite))
+        vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"{stage}.{safe}_{i}", data=batch, suite=gsuite))
         res = vd.run(batch_parameters={"dataframe": df})
         for r in res.results:
             if not r.success:
@@ -247,15 +254,45 @@ def _kwargs_text(kwargs: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in kwargs.items() if k not in ("batch_id", "result_format"))
 
 
+#: How long, in seconds, a gate retries building its frames after transient read errors.
+GATE_RETRY_S = 60.0
+
+
+def build_frames(stage: str, cfg: PipelineConfig, window: Window, wait_s: Optional[float] = None) -> dict:
+    """``stage``'s frames for ``window`` (``FRAME_BUILDERS``), rebuilt with backoff after a transient read error.
+
+    Transient: a locked catalog database, ``OSError`` (files of the warehouse, sockets) and
+    ``KafkaUnavailable``, retried for up to ``wait_s`` seconds (default :data:`GATE_RETRY_S`) by
+    :func:`cdclake.catalog.with_retries`; each attempt is logged (``building frames, attempt n``).
+    Raises :class:`cdclake.catalog.CatalogLocked` when the catalog stays locked, the last error
+    when another transient error outlasts the budget, any other error at once.
+    """
+    from cdclake.catalog import with_retries
+    from cdclake.kafka_ranges import KafkaUnavailable
+
+    attempts = 0
+
+    def build() -> dict:
+        nonlocal attempts
+        attempts += 1
+        log.info("%s gate for %s %s: building frames, attempt %d", stage, cfg.name, window, attempts)
+        return FRAME_BUILDERS[stage](cfg, window)
+
+    return with_retries(build, cfg.catalog, f"{stage} gate for {cfg.name} {window}",
+                        transient=(OSError, KafkaUnavailable), wait_s=GATE_RETRY_S if wait_s is None else wait_s)
+
+
 def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     """Build ``stage``'s frames for ``window`` and validate them.
 
     Returns ``{"stage", "window", "frames": {name: rows}}``. Raises :class:`GateFailed` listing
-    every failed expectation (Data Docs written to ``cfg.gates.docs_dir()/<stage>``).
+    every failed expectation (Data Docs written to ``cfg.gates.docs_dir()/<stage>``); a failed
+    expectation is never retried, whereas reading the frames is, after transient errors
+    (:func:`build_frames`; :class:`cdclake.catalog.CatalogLocked` when the catalog stays locked).
     """
     if stage not in STAGES:
         raise ValueError(f"unknown gate {stage!r}; gates: {STAGES}")
-    frames = FRAME_BUILDERS[stage](cfg, window)
+    frames = build_frames(stage, cfg, window)
     docs = cfg.gates.docs_dir() / cfg.name / stage
     failures = validate(stage, frames, docs)
     summary = {"stage": stage, "window": str(window),
