@@ -129,7 +129,9 @@ class NormalizeConfig(_Model):
     """Limits on one raw record; a record past a limit is quarantined with the limit as its reason.
 
     ``max_value_bytes``: largest Kafka value (and key) parsed, in bytes (default 16 MiB).
-    ``max_nesting_depth``: deepest nesting of objects and arrays in a JSON value (default 64).
+    ``max_nesting_depth``: deepest nesting of objects and arrays in a JSON value (and key) of the
+    ``*-json`` formats (default 64). Reasons name the field and the limit, e.g.
+    ``debezium-json: field 'value': nested deeper than 64 levels (normalize.max_nesting_depth)``.
     """
 
     max_value_bytes: int = Field(16 * 1024 * 1024, ge=1)

@@ -198,12 +198,12 @@ def read_key(raw: Optional[bytes], reader: Optional[EnvelopeReader] = None) -> O
     if reader is not None and isinstance(raw, bytes):
         try:
             payload, schema, _ = reader.load(raw)
-        except ParseError:
+        except (ParseError, RecursionError):  # not JSON, or nested deeper than the parser can follow
             return None
     else:
         try:
             obj = json.loads(raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None
         payload, schema = unwrap_envelope(obj)
     if not isinstance(payload, dict) or not payload:

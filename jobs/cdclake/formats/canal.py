@@ -151,6 +151,9 @@ class CanalJsonParser(LearningParser):
             raise ParseError(FORMAT, "missing operation type", "type")
         event = event.upper()
         database, table = msg.get("database") or None, msg.get("table") or None
+        for name, where in ((database, "database"), (table, "table")):
+            if name is not None and not isinstance(name, str):
+                raise ParseError(FORMAT, f"name {name!r} is not text", where)
         if event != "TRUNCATE" and (msg.get("isDdl") in (True, "true") or event in DDL_TYPES):
             return ControlRecord("ddl", FORMAT, database, None, table, detail=msg.get("sql"))
         if event != "TRUNCATE" and event not in ROW_TYPES:

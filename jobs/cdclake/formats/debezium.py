@@ -88,13 +88,27 @@ def connect_type(schema: Mapping[str, Any]) -> str:
     ``int8``/``int16`` → smallint, ``int32`` → int, ``int64`` → bigint, ``float32`` → float,
     ``float64`` → double, ``bytes`` → binary; Connect ``Decimal`` → ``decimal(p,s)`` (precision
     from ``connect.decimal.precision``, default 38); temporal logical types → date / timestamp /
-    string; anything else (struct, array, map, unknown names) → string.
+    string; anything else (struct, array, map, unknown names) → string. Raises ``ValueError``
+    when a ``Decimal``'s parameters are not an object or name no valid decimal type.
     """
     name = schema.get("name")
     if name == DECIMAL:
-        params = schema.get("parameters") or {}
+        params = connect_parameters(schema)
         return normalize_type(f"decimal({params.get('connect.decimal.precision', 38)},{params.get('scale', 0)})")
     return LOGICAL_TYPES.get(name) or CONNECT_TYPES.get(schema.get("type"), "string")
+
+
+def connect_parameters(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``parameters`` of a Connect field schema (``{}`` when absent or null).
+
+    Raises ``ValueError`` when they are not a JSON object.
+    """
+    params = schema.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise ValueError(f"parameters {params!r} are not an object")
+    return params
 
 
 def decode_decimal(value: Any, scale: int) -> Decimal:
@@ -130,7 +144,7 @@ def connect_text(value: Any, schema: Mapping[str, Any]) -> Optional[str]:
     name = schema.get("name")
     ctype = connect_type(schema)
     if name == DECIMAL:
-        scale = int((schema.get("parameters") or {}).get("scale", 0))
+        scale = int(connect_parameters(schema).get("scale", 0))
         return coerce_text(format(decode_decimal(value, scale), "f"), ctype)
     if name == VARIABLE_SCALE_DECIMAL and isinstance(value, dict):
         return to_text(decode_decimal(value.get("value"), int(value.get("scale") or 0)))
@@ -156,7 +170,7 @@ def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str
     try:
         name = schema.get("name")
         text = text_converter(connect_type(schema))
-        scale = int((schema.get("parameters") or {}).get("scale", 0)) if name == DECIMAL else 0
+        scale = int(connect_parameters(schema).get("scale", 0)) if name == DECIMAL else 0
     except Exception:  # connect_text raises what this schema makes it raise, value by value
         return lambda v: connect_text(v, schema)
     if name == DECIMAL:
@@ -164,7 +178,7 @@ def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str
         # fits Python's default decimal precision (28 digits), where Decimal.scaleb is exact
         typed = decimal_precision_scale(connect_type(schema))
         direct = typed is not None and typed[1] == scale >= 0
-        unit = 10 ** max(scale, 0)
+        unit = 10 ** scale if direct else 1  # a scale past the type's (up to 38) never takes the direct path
 
         def decimal(v: Any) -> Optional[str]:
             if type(v) is str:
@@ -389,12 +403,19 @@ class DebeziumJsonParser(LearningParser):
         database = source.get("db")
         lindorm = "namespace" in source and "connector" not in source
         schema_name = source.get("namespace") if lindorm else source.get("schema")
+        for name, where in ((database, "source.db"), (schema_name, "source.namespace" if lindorm else "source.schema")):
+            if name is not None and not isinstance(name, str):
+                raise ParseError(FORMAT, f"name {name!r} is not text", where)
         raw_before, raw_after = payload.get("before"), payload.get("after")
         hbase = lindorm and any(isinstance(img, dict) and "ROW" in img for img in (raw_before, raw_after))
 
         # kept per envelope and table (messages without a schema: per table)
-        plan = self.kept(None if envelope is None and schema is not None else (envelope, database, schema_name, table),
-                         lambda: _TablePlan(self.options, schema, database, schema_name, table))
+        try:
+            plan = self.kept(None if envelope is None and schema is not None else (envelope, database, schema_name, table),
+                             lambda: _TablePlan(self.options, schema, database, schema_name, table))
+        except (TypeError, AttributeError, ValueError) as exc:  # fields, names or parameters of the wrong JSON type
+            raise ParseError(FORMAT, f"not a Kafka Connect struct schema ({type(exc).__name__}: {exc})",
+                             "schema") from None
         col_schemas, types, convert = plan.col_schemas, plan.types, plan.convert
         if hbase:
             types = {col: "binary" for img in (raw_before, raw_after) if isinstance(img, dict) for col in img}

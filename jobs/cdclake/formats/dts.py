@@ -315,6 +315,8 @@ def primary_key_info(tags: Mapping[str, str]) -> Optional[list[str]]:
         info = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"pk_uk_info is not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError("pk_uk_info is JSON nested too deeply to read") from None
     if not isinstance(info, dict) or not all(
             isinstance(cols, list) and all(isinstance(c, str) for c in cols) for cols in info.values()):
         raise ValueError(f"pk_uk_info {text!r} is not an object of column-name lists")

@@ -322,9 +322,11 @@ class QlikTable:
     def columns_in(self, mask: Union[str, bytes, None]) -> Optional[list]:
         """Names of the columns whose bits are set in ``mask`` (in ordinal order); None for no mask.
 
-        Raises ``ValueError`` for a malformed mask or a bit beyond the table's ordinals.
+        Raises ``ValueError`` for a malformed mask or a bit beyond the table's ordinals. A mask
+        more than 8 bytes longer than the table's ordinals need is read only up to them (its
+        other bytes must be zero): its bits are never all expanded.
         """
-        ordinals = mask_ordinals(mask)
+        ordinals = mask_ordinals(self._trimmed(mask))
         if ordinals is None:
             return None
         known = {c.ordinal: c.name for c in self.columns}
@@ -334,14 +336,38 @@ class QlikTable:
                              f"{self.table!r} version {self.table_version} does not have")
         return [known[o] for o in sorted(ordinals)]
 
+    def _trimmed(self, mask: Union[str, bytes, None]) -> Union[str, bytes, None]:
+        width = (max((c.ordinal for c in self.columns), default=0) + 7) // 8
+        size = len(mask) // 2 if isinstance(mask, str) else len(mask) if isinstance(mask, (bytes, bytearray)) else 0
+        if size <= width + 8:
+            return mask
+        if isinstance(mask, str):
+            text = mask.strip()
+            try:
+                data = bytes.fromhex(text if len(text) % 2 == 0 else "0" + text)
+            except ValueError:
+                return mask  # mask_ordinals says it is not hexadecimal digits
+        else:
+            data = bytes(mask)
+        if data.count(0, width) != len(data) - width:
+            raise ValueError(f"mask of {len(data)} bytes sets ordinal(s) past {width * 8}, beyond table "
+                             f"{self.table!r} version {self.table_version}")
+        return data[:width]
+
     def definition(self) -> str:
         """The JSON text stored in :class:`SchemaEntry` ``definition``: ``schemaId``, ``lineage``,
-        ``tableStructure.tableColumns`` and ``dataSchema`` of the metadata message."""
+        ``tableStructure.tableColumns`` and ``dataSchema`` of the metadata message (characters
+        written as themselves, but for text UTF-8 cannot hold: then all as ``\\u`` escapes)."""
         raw = self.raw
         doc = {"schemaId": self.schema_id, "lineage": raw.get("lineage"),
                "tableStructure": {"tableColumns": (raw.get("tableStructure") or {}).get("tableColumns")},
                "dataSchema": self.data_schema}
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False, default=str)
+        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, default=str)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (from a \ud800 escape): kept as its escape
+            text = json.dumps(doc, separators=(",", ":"), ensure_ascii=True, default=str)
+        return text
 
 
 def _mask_repr(mask: Any) -> str:
@@ -383,6 +409,8 @@ def read_metadata(fmt: str, message: Any) -> QlikTable:
     if schema is not None and not isinstance(schema, str):
         raise ParseError(fmt, f"schema name {schema!r} is not text", "lineage.schema")
     version = _opt_int(fmt, lineage.get("tableVersion"), "lineage.tableVersion", None)
+    if version is not None and not -2**31 <= version < 2**31:
+        raise ParseError(fmt, f"table version {version} does not fit 32 bits", "lineage.tableVersion")
     structure = message.get("tableStructure")
     columns_obj = structure.get("tableColumns") if isinstance(structure, Mapping) else None
     if not isinstance(columns_obj, Mapping) or not columns_obj:
@@ -441,7 +469,7 @@ def table_from_entry(fmt: str, entry: SchemaEntry) -> QlikTable:
     """
     try:
         return read_metadata(fmt, json.loads(entry.definition))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise ParseError(fmt, f"stored metadata of schema {entry.schema_id} is unreadable: {exc}",
                          "messageSchemaId") from None
 
@@ -741,6 +769,8 @@ class QlikJsonParser(_QlikParser):
                 message = json.loads(message)
             except ValueError:
                 raise ParseError(JSON_FORMAT, "message text is not JSON", "message") from None
+            except RecursionError:
+                raise ParseError(JSON_FORMAT, "message text is JSON nested too deeply to read", "message") from None
         if not isinstance(message, dict):
             raise ParseError(JSON_FORMAT, f"message is a {type(message).__name__}, not an object", "message")
         sid = env.get("messageSchemaId")
@@ -844,8 +874,9 @@ class QlikAvroParser(_QlikParser):
     def _table_by_data_schema(self, schema_text: str) -> QlikTable:
         try:
             wanted = json.loads(schema_text)
-        except ValueError:
-            raise ParseError(AVRO_FORMAT, "messageSchema is not JSON", "messageSchema") from None
+        except (ValueError, RecursionError):
+            raise ParseError(AVRO_FORMAT, "messageSchema is not JSON (or nested too deeply to read)",
+                             "messageSchema") from None
         for sid in sorted(self.entries):
             table = self._table(sid)
             try:
