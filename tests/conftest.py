@@ -116,6 +116,17 @@ def produce(bootstrap: str, topic: str, records: list[tuple], partitions: int = 
     assert not errors, errors
 
 
+def json_edit(value: bytes, *path_and_value) -> bytes:
+    """``value`` (JSON bytes) with ``doc[p0][p1]... = v`` for the path and the value given last."""
+    *path, new = path_and_value
+    doc = json.loads(value)
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = new
+    return json.dumps(doc).encode()
+
+
 def f32(x) -> float:
     """``x`` rounded to a 32-bit float (Flink's products.weight is a FLOAT)."""
     return struct.unpack("f", struct.pack("f", float(x)))[0]

@@ -45,7 +45,7 @@ from collections import Counter
 from typing import Any, Optional
 
 import pytest
-from conftest import produce, write_pipeline
+from conftest import json_edit, produce, write_pipeline
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from pipeline import H0, hour, ms
@@ -514,17 +514,6 @@ def _parse_error(fmt: str, value: bytes, key: Optional[bytes] = None, parser=Non
     return info.value
 
 
-def _edit(value: bytes, *path_and_value) -> bytes:
-    """``value`` (JSON) with ``doc[p0][p1]... = v`` for the path and value given last."""
-    *path, new = path_and_value
-    doc = json.loads(value)
-    node = doc
-    for k in path[:-1]:
-        node = node[k]
-    node[path[-1]] = new
-    return json.dumps(doc).encode()
-
-
 def test_debezium_schema_of_the_wrong_json_type_is_a_parse_error():
     messages, _ = corpus("debezium-json")
     key, value = next((k, v) for k, v in messages if v and b'"op":"c"' in v)
@@ -538,7 +527,7 @@ def test_debezium_schema_of_the_wrong_json_type_is_a_parse_error():
              (("schema", "fields", 0, "fields", 0, "field", {"a": 1}), "schema", "not a Kafka Connect struct schema"),
              (("payload", "source", "db", ["shop"]), "source.db", "name ['shop'] is not text")]
     for *path, field_name, reason in cases:
-        err = _parse_error("debezium-json", _edit(value, *path[0]), key)
+        err = _parse_error("debezium-json", json_edit(value, *path[0]), key)
         assert err.field == field_name and str(err).startswith(f"debezium-json: field '{field_name}': {reason}"), err
     # a Decimal value read with parameters that are not an object is a value error of its column
     from cdclake.formats.debezium import connect_text
@@ -551,7 +540,7 @@ def test_canal_names_of_the_wrong_json_type_are_parse_errors():
     messages, _ = corpus("canal-json")
     _, value = next((k, v) for k, v in messages if v and b'"isDdl":false' in v)
     for name, bad in (("database", ["shop"]), ("database", 7), ("table", {"t": 1})):
-        err = _parse_error("canal-json", _edit(value, name, bad))
+        err = _parse_error("canal-json", json_edit(value, name, bad))
         assert str(err) == f"canal-json: field '{name}': name {bad!r} is not text", err
 
 
@@ -566,7 +555,7 @@ def test_qlik_json_message_text_nested_past_the_parser_is_a_parse_error():
     messages, parser = corpus("qlik-json")
     value = next(v for _, v in messages if b'"type":"DT"' in v)
     deep = "[" * 100_000 + "]" * 100_000
-    err = _parse_error("qlik-json", _edit(value, "message", deep), parser=parser)
+    err = _parse_error("qlik-json", json_edit(value, "message", deep), parser=parser)
     assert str(err) == "qlik-json: field 'message': message text is JSON nested too deeply to read"
 
 
@@ -575,7 +564,7 @@ def test_qlik_metadata_the_registry_cannot_store_is_a_parse_error_or_stored_esca
 
     messages, _ = corpus("qlik-json")
     md = next(v for _, v in messages if b'"type":"MD"' in v)
-    err = _parse_error("qlik-json", _edit(md, "message", "lineage", "tableVersion", 2**40))
+    err = _parse_error("qlik-json", json_edit(md, "message", "lineage", "tableVersion", 2**40))
     assert str(err) == "qlik-json: field 'lineage.tableVersion': table version 1099511627776 does not fit 32 bits"
     doc = json.loads(md)
     columns = doc["message"]["tableStructure"]["tableColumns"]
@@ -594,7 +583,7 @@ def test_debezium_decimal_scale_past_any_type_is_a_parse_error_not_a_hang():
     decimal = next(i for i, f in enumerate(fields) if f.get("name") == "org.apache.kafka.connect.data.Decimal")
     column = fields[decimal]["field"]
     for scale in ("2147483647", str(10**40)):  # 10 ** scale was computed for the converter: hours, gigabytes
-        err = _parse_error("debezium-json", _edit(value, "schema", "fields", 0, "fields", decimal, "parameters",
+        err = _parse_error("debezium-json", json_edit(value, "schema", "fields", 0, "fields", decimal, "parameters",
                                                   "scale", scale), key)
         assert err.field == f"after.{column}" and "InvalidOperation" in str(err), err
 
@@ -604,10 +593,10 @@ def test_qlik_mask_far_past_the_table_is_refused_before_its_bits_are_expanded():
     value = next(v for _, v in messages if b'"type":"DT"' in v and b'"columnMask":"' in v)
     mask = json.loads(value)["message"]["headers"]["columnMask"]
     huge = mask + "FF" * 4_000_000                # 32 million bits: gigabytes as a set of ordinals
-    err = _parse_error("qlik-json", _edit(value, "message", "headers", "columnMask", huge), parser=parser)
+    err = _parse_error("qlik-json", json_edit(value, "message", "headers", "columnMask", huge), parser=parser)
     assert err.field == "headers.columnMask" and f"mask of {len(huge) // 2} bytes sets ordinal(s) past" in str(err)
     padded = mask + "00" * 4_000_000              # zero bytes past the table's ordinals are read as before
-    (change,) = parser.parse(KafkaRecord("t", 0, 0, 0, None, _edit(value, "message", "headers", "columnMask", padded)))
+    (change,) = parser.parse(KafkaRecord("t", 0, 0, 0, None, json_edit(value, "message", "headers", "columnMask", padded)))
     assert change == parser.parse(KafkaRecord("t", 0, 0, 0, None, value))[0]
 
 

@@ -22,7 +22,7 @@ import re
 from collections import defaultdict
 
 import pyarrow as pa
-from conftest import write_pipeline
+from conftest import json_edit, write_pipeline
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pipeline import H0, hour, ms
@@ -267,19 +267,10 @@ def test_default_limits_in_classify_records():
 # ---------------------------------------------------------------------------------------------
 # rows Arrow cannot hold
 
-def _with(message: bytes, path: tuple, value) -> bytes:
-    doc = json.loads(message)
-    node = doc
-    for k in path[:-1]:
-        node = node[k]
-    node[path[-1]] = value
-    return json.dumps(doc).encode()
-
-
 def test_a_row_arrow_cannot_hold_quarantines_its_record_only():
     parser = get_parser("debezium-json")
     ins = [m for m in DBZ if b'"op":"c"' in m.value][:3]
-    bad = _with(ins[1].value, ("payload", "after", "name"), "caf\udce9")   # a lone surrogate, escaped in JSON
+    bad = json_edit(ins[1].value, "payload", "after", "name", "caf\udce9")   # a lone surrogate, escaped in JSON
     assert b"\\udce9" in bad
     out = run_batch(parser, [(ins[0].key, ins[0].value), (ins[1].key, bad), (ins[2].key, ins[2].value)])
     assert [kinds(o) for o in out] == [["change"], ["quarantine"], ["change"]]
