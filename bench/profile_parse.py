@@ -32,7 +32,8 @@ def profile_format(tag: str, cache: Path, top: int) -> tuple[dict, str]:
     import json
 
     from cdclake.normalize import RawRow, classify, kafka_record
-    from cdclake.record import get_parser
+    from cdclake.formats import get_parser
+    from cdclake.record import SchemaAwareParser
 
     wf = bdata.wire_formats()[tag]
     opts = json.loads(json.dumps(wf.options))
@@ -47,7 +48,7 @@ def profile_format(tag: str, cache: Path, top: int) -> tuple[dict, str]:
     for part, ts, key, value in bdata.read_messages(cache / f"{tag}.bin"):
         off = offsets[part] = offsets.get(part, -1) + 1
         rows.append(RawRow(f"bench.{tag}", part, off, ts, hour, key, value, []))
-    if hasattr(parser, "schema_entries") and hasattr(parser, "with_schemas"):
+    if isinstance(parser, SchemaAwareParser):
         # what normalize's register_schemas does first: the table definitions of the hour's
         # metadata messages (Qlik Replicate), given to the parser (not timed)
         entries = {}

@@ -15,7 +15,8 @@ import pytest
 from reference_model import apply_changes, changes
 
 from cdclake.formats.arcion import read_arcion_key, source_position  # importing registers arcion-json
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, formats, get_parser, parse_all
+from cdclake.formats import formats, get_parser
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.source import Column, RowChange, SimulatedSource, Table, Transaction, as_text
 

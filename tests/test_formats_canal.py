@@ -16,7 +16,8 @@ from conftest import CONFORMANCE, f32, flink_expected, json_lines
 from reference_model import apply_changes, changes
 
 from cdclake.formats.canal import mysql_type
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser, parse_all
+from cdclake.formats import get_parser
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 
 FLINK = CONFORMANCE / "flink"
 PAIMON_CANAL = CONFORMANCE / "paimon" / "kafka" / "canal" / "table"

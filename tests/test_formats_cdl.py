@@ -17,7 +17,8 @@ import pytest
 from reference_model import apply_changes, changes
 
 from cdclake.formats.cdl import cdl_type  # importing the module registers the format
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser, parse_all
+from cdclake.formats import get_parser
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.source import SimulatedSource, as_text
 

@@ -15,7 +15,8 @@ import pytest
 from conftest import CONFORMANCE, f32, flink_expected, json_lines
 from reference_model import apply_changes, changes
 
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser, parse_all
+from cdclake.formats import get_parser
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 
 FLINK = CONFORMANCE / "flink"
 PAIMON_DEBEZIUM = CONFORMANCE / "paimon" / "kafka" / "debezium" / "table"

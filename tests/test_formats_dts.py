@@ -25,7 +25,8 @@ from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_c
 from reference_model import apply_changes, changes
 
 from cdclake.formats import dts
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser, parse_all
+from cdclake.formats import get_parser
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_dts import dts_avro, encode, type_code
 from cdclake.sim.source import Column, RowChange, SimulatedSource, Table, Transaction, as_text
 

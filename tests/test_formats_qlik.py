@@ -24,7 +24,8 @@ from reference_model import apply_changes, changes
 
 from cdclake.formats import qlik
 from cdclake.formats.qlik import ENVELOPE_SCHEMA, QlikAvroParser, QlikJsonParser, mask_ordinals, qlik_type
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaEntry, get_parser, parse_all
+from cdclake.formats import get_parser
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaEntry, parse_all
 from cdclake.sim.render_qlik import avro_bytes, avro_envelope, qlik_avro, qlik_json
 from cdclake.sim.source import HOUR_MS, SimulatedSource, as_text
 

@@ -26,7 +26,8 @@ import pytest
 from reference_model import apply_changes, changes
 
 from cdclake.formats.shareplex import meta_idx, split_table  # importing the module registers the format
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, get_parser, parse_all
+from cdclake.formats import get_parser
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_shareplex import shareplex_json
 from cdclake.sim.source import SimulatedSource, as_text
 

@@ -1,7 +1,7 @@
 """Fuzzing: no Kafka record stops normalize, in any format, and every record is accounted for.
 
 Hypothesis draws batches of Kafka records for every registered format
-(:func:`cdclake.record.formats`):
+(:func:`cdclake.formats.formats`):
 
 - random bytes as values and as keys, Kafka tombstones (no value), no key;
 - valid messages of the format, rendered by the simulator (:data:`cdclake.sim.wire.WIRE_FORMATS`
@@ -54,7 +54,8 @@ from test_normalize_containment import TAGGED, arrow_schema, outcomes, raw_batch
 from cdclake.formats import dts
 from cdclake.formats.qlik import ENVELOPE_SCHEMA
 from cdclake.normalize import _TAGGED_SCHEMA, json_nesting_depth, parse_batches
-from cdclake.record import KafkaRecord, ParseError, formats, get_parser
+from cdclake.formats import formats, get_parser
+from cdclake.record import KafkaRecord, ParseError
 from cdclake.sim import SimulatedSource
 from cdclake.sim.render_dts import encode as dts_encode
 from cdclake.sim.wire import WIRE_FORMATS

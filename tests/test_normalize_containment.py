@@ -35,7 +35,8 @@ from cdclake.gates import run_gate
 from cdclake.land import RAW_SCHEMA, land
 from cdclake.normalize import (_TAGGED_SCHEMA, MAX_NESTING_DEPTH, _columns, classify_records, json_deeper_than,
                                json_nesting_depth, normalize, parse_batches, quarantine_reason, registry_row)
-from cdclake.record import KafkaRecord, SchemaEntry, get_parser
+from cdclake.formats import get_parser
+from cdclake.record import KafkaRecord, SchemaEntry
 from cdclake.sim import SimulatedSource, canal_json, create_topic, debezium_json, produce
 from cdclake.sim.render import Message
 from cdclake.sim.render_qlik import qlik_json

@@ -23,7 +23,8 @@ import pytest
 from cdclake.formats._common import EnvelopeReader, general_text, load_json, text_converter, unwrap_envelope
 from cdclake.formats.canal import canal_converter, canal_text
 from cdclake.formats.debezium import connect_converter, connect_text
-from cdclake.record import KafkaRecord, ParseError, get_parser
+from cdclake.formats import get_parser
+from cdclake.record import KafkaRecord, ParseError
 from cdclake.sim import SimulatedSource, canal_json, debezium_json
 
 

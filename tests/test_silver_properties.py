@@ -540,7 +540,8 @@ def test_parsed_history_reaches_the_model(sc: Scenario):
     """Rendered messages parsed by the real Debezium parser reach the model's state (reference_model)."""
     import reference_model
 
-    from cdclake.record import KafkaRecord, get_parser, parse_all
+    from cdclake.formats import get_parser
+    from cdclake.record import KafkaRecord, parse_all
 
     parser = get_parser("debezium-json")
     offsets: dict[int, int] = {}

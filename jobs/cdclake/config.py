@@ -97,7 +97,7 @@ class SourceConfig(_Model):
     @field_validator("format")
     @classmethod
     def _known_format(cls, v: str) -> str:
-        from cdclake.record import formats
+        from cdclake.formats import formats
 
         if v not in formats():
             raise ValueError(f"unknown format {v!r}; known formats: {', '.join(formats())}")

@@ -37,7 +37,8 @@ from cdclake.catalog import (BRONZE_TABLE, CONTROL_TABLE, QUARANTINE_TABLE, RAW_
 from cdclake.config import NormalizeConfig, PipelineConfig
 from cdclake.faults import kill_point
 from cdclake.land import RAW_SPLIT_BYTES, window_filter
-from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaEntry, get_parser
+from cdclake.formats import get_parser
+from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaAwareParser, SchemaEntry
 from cdclake.window import Window
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ def register_schemas(spark: "SparkSession", cfg: PipelineConfig, raw, parsers: d
     raises anything (``RecursionError``, ``MemoryError`` ...), or gives an entry that does not fit
     the registry (:func:`registry_row`), contributes no entries: its parse then quarantines it.
     """
-    aware = {t: p for t, p in parsers.items() if hasattr(p, "schema_entries") and hasattr(p, "with_schemas")}
+    aware = {t: p for t, p in parsers.items() if isinstance(p, SchemaAwareParser)}
     if not aware:
         return parsers
     max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth

@@ -12,7 +12,8 @@ field map) and its ``format/<vendor>/...RecordParser`` packages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, Union
+import abc
+from typing import Iterable, Optional, Protocol, Sequence, Union
 
 #: The operations a bronze row can carry. DDL and control records are not rows.
 OPS = ("insert", "update", "delete", "snapshot", "truncate")
@@ -45,7 +46,7 @@ class ChangeRecord:
 
     Fields (bronze column types in brackets):
 
-    - ``source_format`` [string]: the registered format name, e.g. ``debezium-json``.
+    - ``source_format`` [string]: the format name (a key of ``cdclake.formats.FORMATS``), e.g. ``debezium-json``.
     - ``source_database``, ``source_schema``, ``source_table`` [string]: as the message names
       them, unaltered (always quoted where they reach SQL); database or schema may be None.
     - ``op`` [string]: one of :data:`OPS`.
@@ -153,60 +154,30 @@ class SchemaEntry:
     definition: str
 
 
-class SchemaAwareParser(RecordParser, Protocol):
-    """Optional extension for formats whose data messages are decoded with metadata seen earlier.
+class SchemaAwareParser(abc.ABC):
+    """Base of the formats whose data messages are decoded with metadata seen earlier (Qlik Replicate).
 
-    The normalize stage first calls :meth:`schema_entries` on every raw record of the window and
-    stores the entries in ``bronze.schema_registry``; it then parses with
-    ``parser.with_schemas(all stored entries of the format)``, so that data messages arriving in a
-    later hour than their metadata decode, and a data message whose schema was never seen raises
-    :class:`ParseError` (quarantined; decoded when its hour is rerun after the metadata lands).
+    A parser declares it by subclassing; the normalize stage checks ``isinstance``. It first calls
+    :meth:`schema_entries` on every raw record of the window and stores the entries in
+    ``bronze.schema_registry``; it then parses with ``parser.with_schemas(all stored entries of
+    the format)``, so that data messages arriving in a later hour than their metadata decode, and a
+    data message whose schema was never seen raises :class:`ParseError` (quarantined; decoded when
+    its hour is rerun after the metadata lands).
     """
 
+    format_name: str
+
+    @abc.abstractmethod
+    def parse(self, record: KafkaRecord) -> ParseResult:
+        """Parse one record. Raises :class:`ParseError` for bad input."""
+
+    @abc.abstractmethod
     def schema_entries(self, record: KafkaRecord) -> list[SchemaEntry]:
         """Table definitions in ``record`` (empty for data messages and bad input; never raises)."""
-        ...
 
+    @abc.abstractmethod
     def with_schemas(self, entries: Sequence[SchemaEntry]) -> RecordParser:
         """A parser that decodes data messages with ``entries``."""
-        ...
-
-
-ParserFactory = Callable[[Mapping[str, object]], RecordParser]
-_REGISTRY: dict[str, ParserFactory] = {}
-
-
-def register(name: str) -> Callable[[ParserFactory], ParserFactory]:
-    """Class decorator registering a parser factory under a format name."""
-
-    def deco(factory: ParserFactory) -> ParserFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def formats() -> list[str]:
-    """The registered format names, sorted."""
-    _load_builtin_formats()
-    return sorted(_REGISTRY)
-
-
-def get_parser(name: str, options: Optional[Mapping[str, object]] = None) -> RecordParser:
-    """Build the parser registered as ``name`` with the source's options.
-
-    Raises ``KeyError`` with the list of known formats when ``name`` is not registered.
-    """
-    _load_builtin_formats()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown format {name!r}; known formats: {', '.join(sorted(_REGISTRY))}") from None
-    return factory(dict(options or {}))
-
-
-def _load_builtin_formats() -> None:
-    from cdclake import formats as _formats  # noqa: F401  (registers the built-in parsers)
 
 
 def parse_all(parser: RecordParser, records: Iterable[KafkaRecord]):

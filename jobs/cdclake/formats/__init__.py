@@ -1,5 +1,49 @@
-"""Built-in vendor formats: importing this package registers every parser.
+"""The vendor formats: a closed list from format name to parser class.
 
-One module per vendor format; each module's docstring cites the document it implements.
+One module (or package) per vendor format; each cites the document it implements. A parser class
+is built with the source's options from the pipeline YAML (see :meth:`get_parser`).
 """
-from cdclake.formats import arcion, canal, cdl, debezium, dts, qlik, shareplex  # noqa: F401
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from cdclake.formats.arcion import ArcionJsonParser
+from cdclake.formats.canal import CanalJsonParser
+from cdclake.formats.cdl import CdlJsonParser
+from cdclake.formats.debezium import DebeziumJsonParser
+from cdclake.formats.dts import DtsAvroParser
+from cdclake.formats.qlik import QlikAvroParser, QlikJsonParser
+from cdclake.formats.shareplex import ShareplexJsonParser
+from cdclake.record import ParseError, RecordParser, SchemaAwareParser, parse_all
+
+#: Every format the pipeline reads: the ``format`` of a source in the pipeline YAML → its parser class.
+FORMATS: dict[str, type] = {
+    "arcion-json": ArcionJsonParser,
+    "canal-json": CanalJsonParser,
+    "cdl-json": CdlJsonParser,
+    "debezium-json": DebeziumJsonParser,
+    "dts-avro": DtsAvroParser,
+    "qlik-avro": QlikAvroParser,
+    "qlik-json": QlikJsonParser,
+    "shareplex-json": ShareplexJsonParser,
+}
+
+__all__ = ["FORMATS", "ParseError", "RecordParser", "SchemaAwareParser", "formats", "get_parser", "parse_all"]
+
+
+def formats() -> list[str]:
+    """The format names, sorted."""
+    return sorted(FORMATS)
+
+
+def get_parser(name: str, options: Optional[Mapping[str, object]] = None) -> RecordParser:
+    """Build the parser of format ``name`` with the source's options.
+
+    Raises ``KeyError`` with the list of known formats when ``name`` is not one of :data:`FORMATS`,
+    and ``ValueError`` for a malformed option.
+    """
+    try:
+        cls = FORMATS[name]
+    except KeyError:
+        raise KeyError(f"unknown format {name!r}; known formats: {', '.join(formats())}") from None
+    return cls(dict(options or {}))

@@ -62,7 +62,7 @@ from cdclake.formats._common import (
 )
 from cdclake.formats.debezium import connect_text, connect_type
 from cdclake.positions import as_element, binlog_file_number, optional_int
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "arcion-json"
@@ -195,7 +195,6 @@ def _image(payload: Mapping[str, Any], name: str) -> Any:
     return None if image == {} else image
 
 
-@register(FORMAT)
 class ArcionJsonParser(LearningParser):
     """Parser of ``arcion-json`` records: ``ArcionJsonParser(options).parse(KafkaRecord)``.
 

@@ -34,7 +34,7 @@ from cdclake.formats._common import (
     text_converter,
 )
 from cdclake.positions import as_element
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "canal-json"
@@ -128,7 +128,6 @@ def _element(value: Any, field_name: str) -> int:
         raise ParseError(FORMAT, str(exc), field_name) from None
 
 
-@register(FORMAT)
 class CanalJsonParser(LearningParser):
     """Parser of ``canal-json`` records: ``CanalJsonParser(options).parse(KafkaRecord)``.
 

@@ -62,7 +62,7 @@ from cdclake.formats._common import (
 )
 from cdclake.formats.debezium import connect_text, connect_type
 from cdclake.positions import MAX_ELEMENT, as_element, pg_lsn
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "cdl-json"
@@ -206,7 +206,6 @@ def _heartbeat(payload: Mapping[str, Any]) -> Optional[ControlRecord]:
     return None
 
 
-@register(FORMAT)
 class CdlJsonParser(LearningParser):
     """Parser of ``cdl-json`` records: ``CdlJsonParser(options).parse(KafkaRecord)``.
 

@@ -39,7 +39,7 @@ from cdclake.formats._common import (
     text_converter,
 )
 from cdclake.positions import as_element, binlog_file_number, optional_int, pg_lsn
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import decimal_precision_scale, normalize_type, to_text
 
 FORMAT = "debezium-json"
@@ -353,7 +353,6 @@ def _control(payload: Mapping[str, Any], source: Mapping[str, Any]) -> Optional[
     return None
 
 
-@register(FORMAT)
 class DebeziumJsonParser(LearningParser):
     """Parser of ``debezium-json`` records: ``DebeziumJsonParser(options).parse(KafkaRecord)``.
 

@@ -67,7 +67,7 @@ from cdclake.formats._common import (
     resolve_primary_key,
 )
 from cdclake.positions import MAX_ELEMENT
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text, widen
 
 FORMAT = "dts-avro"
@@ -626,7 +626,6 @@ def value_text(value: Any, ctype: Optional[str]) -> Optional[str]:
 # parser
 
 
-@register(FORMAT)
 class DtsAvroParser:
     """Parser of ``dts-avro`` records: ``DtsAvroParser(options).parse(KafkaRecord)``.
 

@@ -91,7 +91,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
 from cdclake.formats._common import SourceOptions, coerce_text, key_delete_image, load_json, pad_scale, parse_timestamp
 from cdclake.positions import as_element
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, SchemaEntry, register
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, SchemaAwareParser, SchemaEntry
 from cdclake.types import normalize_type, to_text
 
 JSON_FORMAT = "qlik-json"
@@ -494,7 +494,7 @@ class _Envelope(NamedTuple):
 # the parsers
 
 
-class _QlikParser(abc.ABC):
+class _QlikParser(SchemaAwareParser):
     """Shared decoding of both Qlik envelopes; subclasses read the envelope (:meth:`_envelope`)."""
 
     format_name = ""
@@ -744,7 +744,6 @@ class _QlikParser(abc.ABC):
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
-@register(JSON_FORMAT)
 class QlikJsonParser(_QlikParser):
     """Parser of ``qlik-json`` records: ``QlikJsonParser(options).with_schemas(entries).parse(rec)``.
 
@@ -799,7 +798,6 @@ class QlikJsonParser(_QlikParser):
                          "messageSchemaId")
 
 
-@register(AVRO_FORMAT)
 class QlikAvroParser(_QlikParser):
     """Parser of ``qlik-avro`` records: ``QlikAvroParser(options).with_schemas(entries).parse(rec)``.
 

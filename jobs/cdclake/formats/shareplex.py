@@ -71,7 +71,7 @@ from cdclake.formats._common import (
     resolve_primary_key,
 )
 from cdclake.positions import as_element
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, register
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "shareplex-json"
@@ -198,7 +198,6 @@ def _meta(msg: Mapping[str, Any]) -> dict:
     return meta
 
 
-@register(FORMAT)
 class ShareplexJsonParser:
     """Parser of ``shareplex-json`` records: ``ShareplexJsonParser(options).parse(KafkaRecord)``.
 
