@@ -7,7 +7,8 @@ import sys
 import pytest
 from conftest import REPO, STATE, write_pipeline
 
-from cdclake.config import ConfigError, load_pipeline
+from cdclake.config import load_pipeline
+from cdclake.errors import ConfigError
 
 WINDOW = ["--start", "2024-01-01T00:00:00Z", "--end", "2024-01-01T01:00:00Z"]
 

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
-from cdclake.config import REPO_ROOT, CatalogConfig, ConfigError, PipelineConfig
+from cdclake.config import REPO_ROOT, CatalogConfig, PipelineConfig
+from cdclake.errors import CatalogLocked, ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -127,10 +128,6 @@ SQLITE_BUSY_TIMEOUT_S = 1.0
 #: First and largest pause between two attempts of :func:`with_retries`, in seconds (doubling).
 RETRY_FIRST_DELAY_S = 0.2
 RETRY_MAX_DELAY_S = 5.0
-
-
-class CatalogLocked(RuntimeError):
-    """The catalog database stayed locked by another connection for the whole retry budget."""
 
 
 def catalog_locked(exc: BaseException) -> bool:

@@ -1,9 +1,10 @@
 """Shared command line of the stage jobs: ``--pipeline FILE --start ISO --end ISO [--topics a,b]``.
 
-Exit codes: 0 done; 2 bad input (config, window, catalog directory); 1 the stage failed
-(broker unreachable, landed records gone from Kafka, tables not merged, gate failed, another run
-holds the writer lock of a topic past ``locks.wait_s``, the catalog database stayed locked). Errors
-print one line ``error: <cause>`` on stderr (the traceback goes to the log before it).
+Exit codes (:func:`cdclake.errors.exit_code`): 0 done; 2 bad input (config, window, catalog
+directory); 1 the stage failed (broker unreachable, landed records gone from Kafka, tables not
+merged, gate failed, another run holds the writer lock of a topic past ``locks.wait_s``, the catalog
+database stayed locked). Errors print one line ``error: <cause>`` on stderr (the traceback of an
+unexpected one goes to the log before it).
 
 The writing stages (land, normalize, silver) hold the writer lock of their topics
 (:mod:`cdclake.locks`) from before the Spark session starts until the stage ends.
@@ -17,8 +18,9 @@ import sys
 from typing import Callable
 
 from cdclake.catalog import describe
-from cdclake.config import ConfigError, PipelineConfig, load_pipeline
-from cdclake.window import Window, WindowError, make_window
+from cdclake.config import PipelineConfig, load_pipeline
+from cdclake.errors import KafkaUnavailable, exit_code, expected
+from cdclake.window import Window, make_window
 
 log = logging.getLogger("cdclake")
 
@@ -49,10 +51,8 @@ def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list
     For a writing stage (:data:`cdclake.locks.WRITING_STAGES`) ``run`` runs inside the writer lock
     of the window's topics; a busy or lost lock exits 1 with ``error: <the lock's message>``.
     """
-    from cdclake.catalog import CatalogLocked, check_catalog
-    from cdclake.kafka_ranges import KafkaUnavailable
-    from cdclake.land import LandingShrinks
-    from cdclake.locks import WRITING_STAGES, WriterLockError, writer_lock
+    from cdclake.catalog import check_catalog
+    from cdclake.locks import WRITING_STAGES, writer_lock
 
     setup_logging()
     args = parse_args(stage, sys.argv[1:] if argv is None else argv)
@@ -67,13 +67,10 @@ def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list
             result = run(cfg, window)
         log.info("%s done: %s", stage, result)
         return 0
-    except (ConfigError, WindowError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (KafkaUnavailable, LandingShrinks, WriterLockError, CatalogLocked) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     except Exception as exc:
+        if expected(exc):
+            print(f"error: {exc}", file=sys.stderr)
+            return exit_code(exc)
         log.error("stage %s failed", stage, exc_info=True)
         cause = task_failure(exc)
         unavailable = f"{KafkaUnavailable.__module__}.{KafkaUnavailable.__name__}: "
@@ -82,7 +79,7 @@ def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list
                   file=sys.stderr)
         else:
             print(f"error: {stage} failed: {cause or describe(exc)}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
 
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?(\S[^\n]*)")

@@ -29,12 +29,10 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cdclake.errors import ConfigError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class ConfigError(ValueError):
-    """A pipeline file is missing, unreadable or invalid; the message names file and key."""
 
 
 def state_dir() -> Path:

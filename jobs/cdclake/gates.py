@@ -40,15 +40,12 @@ from typing import Optional
 from cdclake.catalog import (BRONZE_TABLE, CONTROL_TABLE, MANIFEST_TABLE, QUARANTINE_TABLE, RAW_TABLE,
                              pyiceberg_catalog)
 from cdclake.config import REPO_ROOT, PipelineConfig
+from cdclake.errors import GateFailed
 from cdclake.window import Window, iso
 
 log = logging.getLogger(__name__)
 EXPECTATIONS_DIR = REPO_ROOT / "expectations"
 STAGES = ("land", "normalize", "silver")
-
-
-class GateFailed(RuntimeError):
-    """A gate's expectations failed; the message lists each failed expectation and frame."""
 
 
 def _scan(catalog, table: str, window: Window, topics: list[str], columns: tuple[str, ...]):
@@ -268,7 +265,7 @@ def build_frames(stage: str, cfg: PipelineConfig, window: Window, wait_s: Option
     when another transient error outlasts the budget, any other error at once.
     """
     from cdclake.catalog import with_retries
-    from cdclake.kafka_ranges import KafkaUnavailable
+    from cdclake.errors import KafkaUnavailable
 
     attempts = 0
 

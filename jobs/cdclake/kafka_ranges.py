@@ -35,14 +35,11 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from cdclake.errors import KafkaUnavailable
 from cdclake.window import UTC
 
 log = logging.getLogger(__name__)
 HOUR_MS = 3_600_000
-
-
-class KafkaUnavailable(RuntimeError):
-    """The broker cannot be reached, the topic does not exist, or reading stalls."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Optional
 from cdclake import kafka_ranges
 from cdclake.catalog import MANIFEST_TABLE, RAW_TABLE, ensure_namespace, qualified
 from cdclake.config import PipelineConfig
+from cdclake.errors import LandingShrinks
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import OffsetRange, Piece
 from cdclake.window import UTC, Window
@@ -80,10 +81,6 @@ def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hou
     return (F.col("kafka_topic").isin(topics)
             & (F.col(hour_col) >= F.lit(window.start).cast("timestamp"))
             & (F.col(hour_col) < F.lit(window.end).cast("timestamp")))
-
-
-class LandingShrinks(RuntimeError):
-    """Re-landing would replace landed records with fewer (Kafka retention or compaction removed them)."""
 
 
 def check_not_shrinking(spark: "SparkSession", cfg: PipelineConfig, window: Window, topics: list[str], new) -> None:

@@ -43,6 +43,7 @@ import uuid
 from typing import Iterable, Optional
 
 from cdclake.config import PipelineConfig
+from cdclake.errors import WriterLockBusy, WriterLockLost
 from cdclake.window import UTC, Window
 
 log = logging.getLogger(__name__)
@@ -52,18 +53,6 @@ LOCK_TABLE = "cdc_writer_locks"
 POLL_S = 1.0
 #: Stages that write tables and so take the writer lock.
 WRITING_STAGES = ("land", "normalize", "silver")
-
-
-class WriterLockError(RuntimeError):
-    """The writer lock could not be held; the message is one line."""
-
-
-class WriterLockBusy(WriterLockError):
-    """Another run held a topic's lock for the whole wait; the message names that run."""
-
-
-class WriterLockLost(WriterLockError):
-    """A run's lock was taken over while it ran (it had not renewed it for ``stale_s`` seconds)."""
 
 
 def _now_ms() -> int:

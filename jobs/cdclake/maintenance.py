@@ -41,7 +41,8 @@ def catalog_topics(cfg: PipelineConfig) -> list[str]:
 
     Pipeline files that do not load are skipped with a warning.
     """
-    from cdclake.config import ConfigError, load_pipeline, pipelines_dir
+    from cdclake.config import load_pipeline, pipelines_dir
+    from cdclake.errors import ConfigError
 
     topics = set(cfg.topics())
     for f in sorted(pipelines_dir().glob("*.y*ml")):

@@ -11,9 +11,11 @@ field map) and its ``format/<vendor>/...RecordParser`` packages.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import abc
+from dataclasses import dataclass, field
 from typing import Iterable, Optional, Protocol, Sequence, Union
+
+from cdclake.errors import ParseError
 
 #: The operations a bronze row can carry. DDL and control records are not rows.
 OPS = ("insert", "update", "delete", "snapshot", "truncate")
@@ -105,20 +107,6 @@ class ControlRecord:
 
 
 ParseResult = Union[list[ChangeRecord], ControlRecord]
-
-
-class ParseError(ValueError):
-    """Raised by a parser for a record it cannot read; the message is the quarantine reason.
-
-    The message names the format and the field, e.g.
-    ``debezium-json: field 'op': unknown operation 'x'``.
-    """
-
-    def __init__(self, fmt: str, reason: str, field_name: Optional[str] = None):
-        self.format = fmt
-        self.field = field_name
-        where = f"field '{field_name}': " if field_name else ""
-        super().__init__(f"{fmt}: {where}{reason}")
 
 
 class RecordParser(Protocol):

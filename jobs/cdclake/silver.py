@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from cdclake import types as T
 from cdclake.catalog import BRONZE_TABLE, describe, ensure_namespace, materialize, qualified
 from cdclake.config import PipelineConfig
+from cdclake.errors import SchemaChangeError, SilverError
 from cdclake.faults import kill_point
 from cdclake.land import window_filter
 from cdclake.window import Window
@@ -90,14 +91,6 @@ META_COLUMNS = {
 LAST_CHANGE_COLUMNS = ("_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_op", "_cdc_source_ts_ms")
 SOFT_DELETE_COLUMN = "_cdc_deleted"
 _ORDER = ("source_position", "kafka_partition", "kafka_offset", "row_in_record")
-
-
-class SilverError(RuntimeError):
-    """One or more tables could not be merged; the others were. The message lists them."""
-
-
-class SchemaChangeError(SilverError):
-    """An incompatible column type change (e.g. bigint → string) for one table."""
 
 
 #: Longest table name the pipeline gives a table (characters): what catalogs hold.

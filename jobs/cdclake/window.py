@@ -10,12 +10,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from cdclake.errors import WindowError
+
 UTC = dt.timezone.utc
 HOUR = dt.timedelta(hours=1)
-
-
-class WindowError(ValueError):
-    """A window is malformed (not ISO-8601, not on an hour, empty, or in the future)."""
 
 
 def parse_hour(value: "str | dt.datetime", name: str = "time") -> dt.datetime:

@@ -1,0 +1,99 @@
+"""Every error the pipeline raises on purpose, and the exit code each gives a stage job.
+
+The stage jobs (``jobs/land.py``, ``normalize.py``, ``silver.py`` through :func:`cdclake.cli.main`)
+print one line ``error: <message>`` and exit with :func:`exit_code`: 2 for bad input the operator
+must fix before a rerun can help (:data:`BAD_INPUT`), 1 for a stage that failed
+(:data:`STAGE_FAILED`: everything else, including errors not listed here). A record the parsers
+cannot read is not an error of the run: :class:`ParseError` puts it in quarantine.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class ParseError(ValueError):
+    """Raised by a parser for a record it cannot read; the message is the quarantine reason.
+
+    The message names the format and the field, e.g.
+    ``debezium-json: field 'op': unknown operation 'x'``.
+    """
+
+    def __init__(self, fmt: str, reason: str, field_name: Optional[str] = None):
+        self.format = fmt
+        self.field = field_name
+        where = f"field '{field_name}': " if field_name else ""
+        super().__init__(f"{fmt}: {where}{reason}")
+
+
+class ConfigError(ValueError):
+    """A pipeline file is missing, unreadable or invalid; the message names file and key."""
+
+
+class WindowError(ValueError):
+    """A window is malformed (not ISO-8601, not on an hour, empty, or in the future)."""
+
+
+class CatalogLocked(RuntimeError):
+    """The catalog database stayed locked by another connection for the whole retry budget."""
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker cannot be reached, the topic does not exist, or reading stalls."""
+
+
+class LandingShrinks(RuntimeError):
+    """Re-landing would replace landed records with fewer (Kafka retention or compaction removed them)."""
+
+
+class WriterLockError(RuntimeError):
+    """The writer lock could not be held; the message is one line."""
+
+
+class WriterLockBusy(WriterLockError):
+    """Another run held a topic's lock for the whole wait; the message names that run."""
+
+
+class WriterLockLost(WriterLockError):
+    """A run's lock was taken over while it ran (it had not renewed it for ``stale_s`` seconds)."""
+
+
+class GateFailed(RuntimeError):
+    """A gate's expectations failed; the message lists each failed expectation and frame."""
+
+
+class SilverError(RuntimeError):
+    """One or more tables could not be merged; the others were. The message lists them."""
+
+
+class SchemaChangeError(SilverError):
+    """An incompatible column type change (e.g. bigint → string) for one table."""
+
+
+#: Exit code 2: the input is wrong (pipeline file, window, catalog directory); fix it, then rerun.
+BAD_INPUT = 2
+#: Exit code 1: the stage failed; a rerun of the same window is safe (every stage is idempotent).
+STAGE_FAILED = 1
+
+#: Errors whose message alone is printed (no traceback needed to act on them), and their exit code.
+EXIT_CODES: dict[type, int] = {
+    ConfigError: BAD_INPUT,
+    WindowError: BAD_INPUT,
+    KafkaUnavailable: STAGE_FAILED,
+    LandingShrinks: STAGE_FAILED,
+    WriterLockError: STAGE_FAILED,
+    CatalogLocked: STAGE_FAILED,
+}
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a stage job that ended with ``exc``: :data:`EXIT_CODES` of its class (or a
+    base class), else :data:`STAGE_FAILED`."""
+    for cls in type(exc).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return STAGE_FAILED
+
+
+def expected(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of :data:`EXIT_CODES`: its one-line message is the whole story."""
+    return any(cls in EXIT_CODES for cls in type(exc).__mro__)
