@@ -17,7 +17,8 @@ import datetime as dt
 import math
 from typing import Callable, Mapping, Optional
 
-from cdclake.sim.source import SimulatedSource, Transaction, _Generator
+from cdclake.sim.model import Transaction
+from cdclake.sim.source import SimulatedSource, _Generator
 
 #: Row changes per transaction of the shop's mix (measured over large histories; the bulk load aside).
 ROWS_PER_TX = 2.85

@@ -18,7 +18,8 @@ from cdclake.formats.arcion import read_arcion_key, source_position  # importing
 from cdclake.formats import formats, get_parser
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_arcion import arcion_json
-from cdclake.sim.source import Column, RowChange, SimulatedSource, Table, Transaction, as_text
+from cdclake.sim.model import Column, RowChange, Table, Transaction, as_text
+from cdclake.sim.source import SimulatedSource
 
 FORMAT = "arcion-json"
 START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)

@@ -20,7 +20,8 @@ from cdclake.formats.cdl import cdl_type  # importing the module registers the f
 from cdclake.formats import get_parser
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_cdl import cdl_json
-from cdclake.sim.source import SimulatedSource, as_text
+from cdclake.sim.model import as_text
+from cdclake.sim.source import SimulatedSource
 
 
 def krec(value, key=None, offset=0, partition=0) -> KafkaRecord:

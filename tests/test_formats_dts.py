@@ -28,7 +28,8 @@ from cdclake.formats import dts
 from cdclake.formats import get_parser
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_dts import dts_avro, encode, type_code
-from cdclake.sim.source import Column, RowChange, SimulatedSource, Table, Transaction, as_text
+from cdclake.sim.model import Column, RowChange, Table, Transaction, as_text
+from cdclake.sim.source import SimulatedSource
 
 FORMAT = "dts-avro"
 SCHEMAS = CONFORMANCE / "schemas" / "alibaba-dts"

@@ -27,7 +27,8 @@ from cdclake.formats.qlik import ENVELOPE_SCHEMA, QlikAvroParser, QlikJsonParser
 from cdclake.formats import get_parser
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaEntry, parse_all
 from cdclake.sim.render_qlik import avro_bytes, avro_envelope, qlik_avro, qlik_json
-from cdclake.sim.source import HOUR_MS, SimulatedSource, as_text
+from cdclake.sim.model import HOUR_MS, as_text
+from cdclake.sim.source import SimulatedSource
 
 QLIK_SCHEMAS = CONFORMANCE / "schemas" / "qlik-replicate"
 NEVER_SEEN = "was never seen (its metadata message has not been landed): rerun this hour after it lands"

@@ -29,7 +29,8 @@ from cdclake.formats.shareplex import meta_idx, split_table  # importing the mod
 from cdclake.formats import get_parser
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
 from cdclake.sim.render_shareplex import shareplex_json
-from cdclake.sim.source import SimulatedSource, as_text
+from cdclake.sim.model import as_text
+from cdclake.sim.source import SimulatedSource
 
 
 def krec(value, key=None, offset=0, partition=0) -> KafkaRecord:

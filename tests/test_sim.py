@@ -28,7 +28,7 @@ from cdclake.sim import (
     produce,
     state_before,
 )
-from cdclake.sim.source import HOUR_MS, ms_to_datetime
+from cdclake.sim.model import HOUR_MS, ms_to_datetime
 from cdclake.types import decimal_precision_scale
 
 START = dt.datetime(2024, 5, 1, 0, 0, tzinfo=dt.timezone.utc)

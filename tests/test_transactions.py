@@ -16,7 +16,7 @@ from pipeline import H0, hour, ms, run_window, silver_rows
 
 from cdclake.sim import SimulatedSource, create_topic, produce
 from cdclake.sim.compare import compare_table
-from cdclake.sim.source import apply_change
+from cdclake.sim.model import apply_change
 from cdclake.sim.wire import WIRE_FORMATS
 
 FORMATS = {w.format: w for w in WIRE_FORMATS}

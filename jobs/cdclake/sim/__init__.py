@@ -9,6 +9,16 @@
 ``create_topic`` / ``produce`` put the messages on a broker.
 """
 from cdclake.sim.kafka import create_topic, produce
+from cdclake.sim.model import (
+    TABLES,
+    Column,
+    RowChange,
+    Table,
+    Transaction,
+    apply_change,
+    as_text,
+    replay,
+)
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dts import dts_avro
@@ -23,17 +33,7 @@ from cdclake.sim.render import (
     delivery_delay_ms,
     state_before,
 )
-from cdclake.sim.source import (
-    TABLES,
-    Column,
-    RowChange,
-    SimulatedSource,
-    Table,
-    Transaction,
-    apply_change,
-    as_text,
-    replay,
-)
+from cdclake.sim.source import SimulatedSource
 
 __all__ = [
     "arcion_json",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable, Mapping, Optional, Sequence
 
-from cdclake.sim.source import DATABASE, TABLES, RowChange, State, Table, Transaction, apply_change, datetime_to_ms
+from cdclake.sim.model import DATABASE, TABLES, RowChange, State, Table, Transaction, apply_change, datetime_to_ms
 from cdclake.types import decimal_precision_scale
 
 DEBEZIUM_VERSION = "1.5.4.Final"

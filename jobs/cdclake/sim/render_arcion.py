@@ -39,8 +39,8 @@ import json
 import zlib
 from typing import Mapping, Optional, Sequence
 
+from cdclake.sim.model import DATABASE, Column, Table, Transaction, datetime_to_ms
 from cdclake.sim.render import Message, decimal_to_base64, delivery_delay_ms
-from cdclake.sim.source import DATABASE, Column, Table, Transaction, datetime_to_ms
 from cdclake.types import decimal_precision_scale, to_text
 
 MYSQL_VERSION = "8.0.36"

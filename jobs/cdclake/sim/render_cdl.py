@@ -14,8 +14,8 @@ import zlib
 from decimal import Decimal
 from typing import Mapping, Optional, Sequence
 
+from cdclake.sim.model import DATABASE, Column, Table, Transaction, datetime_to_ms
 from cdclake.sim.render import Message, delivery_delay_ms
-from cdclake.sim.source import DATABASE, Column, Table, Transaction, datetime_to_ms
 from cdclake.types import to_text
 
 DATA_STORE = "POSTGRESQL"

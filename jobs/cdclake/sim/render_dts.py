@@ -47,8 +47,8 @@ import fastavro
 
 from cdclake.formats.dts import NAMESPACE, PARSED_SCHEMA
 from cdclake.positions import binlog_file_number
+from cdclake.sim.model import DATABASE, Column, Table, Transaction
 from cdclake.sim.render import SERVER_ID, Message, delivery_delay_ms
-from cdclake.sim.source import DATABASE, Column, Table, Transaction
 
 MYSQL_VERSION = "8.0.36"
 #: MySQL column type codes (``dataTypeNumber``) by the type name of ``Column.mysql_type``.

@@ -47,8 +47,8 @@ import zlib
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from cdclake.formats.qlik import ENVELOPE_SCHEMA, MAGIC
+from cdclake.sim.model import DATABASE, Table, Transaction
 from cdclake.sim.render import Message, delivery_delay_ms
-from cdclake.sim.source import DATABASE, Table, Transaction
 from cdclake.types import decimal_precision_scale
 
 SERVER = "replicate-01"

@@ -14,8 +14,8 @@ import zlib
 from decimal import Decimal
 from typing import Mapping, Optional, Sequence
 
+from cdclake.sim.model import DATABASE, Column, Table, Transaction, ms_to_datetime
 from cdclake.sim.render import Message, delivery_delay_ms
-from cdclake.sim.source import DATABASE, Column, Table, Transaction, ms_to_datetime
 
 #: The SCN of the first transaction and the sequence part of its ``trans`` id, as in the document.
 FIRST_SCN = 14_589_063_118_712

@@ -25,270 +25,32 @@ Commit times are in ``[start, start + hours)``, strictly increasing, and the las
 1 s before the end (so a rendered Kafka timestamp, at most 1 s later, stays inside the range).
 Primary keys never change. Values are Python values: int, str, None, ``Decimal`` with the
 column's scale, float, and naive ``datetime`` in UTC with millisecond precision.
+
+The table, row change and transaction types and the state replay live in
+:mod:`cdclake.sim.model`; the GTIDs and binlog coordinates are assigned by
+:mod:`cdclake.sim.binlog`.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import random
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
-from cdclake.positions import binlog_file_number
-from cdclake.types import to_text
-
-HOUR_MS = 3_600_000
-BINLOG_PREFIX = "mysql-bin"
-#: Sequence number of the first binlog file of every history.
-FIRST_BINLOG_FILE = 7
-#: Position of the first transaction in a binlog file (after the 4-byte magic number, the
-#: Format_description event and the Previous_gtids event).
-FIRST_EVENT_POS = 194
-DATABASE = "shop"
-
-
-class Column(NamedTuple):
-    """One column: ``(name, mysql_type, ctype, nullable)``.
-
-    ``mysql_type`` is MySQL's column type text as Canal reports it (``bigint(20)``,
-    ``decimal(12,2)``, ``datetime(3)``); ``ctype`` is the canonical type of
-    :mod:`cdclake.types` (``bigint``, ``decimal(12,2)``, ``timestamp`` ...).
-    """
-
-    name: str
-    mysql_type: str
-    ctype: str
-    nullable: bool
-
-
-class Table(NamedTuple):
-    """A table definition: name, ordered columns and primary-key column names."""
-
-    name: str
-    columns: tuple[Column, ...]
-    primary_key: tuple[str, ...]
-
-    @property
-    def column_names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-    def column(self, name: str) -> Column:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(f"table {self.name!r} has no column {name!r}")
-
-    def key_of(self, row: Mapping[str, object]) -> tuple:
-        """The primary-key tuple of a row image."""
-        return tuple(row[k] for k in self.primary_key)
-
-    def create_sql(self) -> str:
-        """A MySQL ``CREATE TABLE`` statement for this definition."""
-        cols = [
-            f"`{c.name}` {c.mysql_type}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
-        ]
-        pk = ", ".join(f"`{k}`" for k in self.primary_key)
-        return f"CREATE TABLE `{self.name}` ({', '.join(cols)}, PRIMARY KEY ({pk})) ENGINE=InnoDB"
-
-
-TABLES: dict[str, Table] = {
-    "customers": Table(
-        "customers",
-        (
-            Column("id", "bigint(20)", "bigint", False),
-            Column("name", "varchar(100)", "string", False),
-            Column("email", "varchar(200)", "string", True),
-            Column("balance", "decimal(12,2)", "decimal(12,2)", False),
-            Column("created_at", "datetime(3)", "timestamp", False),
-            Column("birth_date", "date", "date", True),
-        ),
-        ("id",),
-    ),
-    "products": Table(
-        "products",
-        (
-            Column("id", "int(11)", "int", False),
-            Column("name", "varchar(100)", "string", False),
-            Column("price", "decimal(10,2)", "decimal(10,2)", False),
-            Column("weight", "double", "double", False),
-            Column("stock", "int(11)", "int", False),
-            Column("code", "varbinary(8)", "binary", False),
-        ),
-        ("id",),
-    ),
-    "orders": Table(
-        "orders",
-        (
-            Column("id", "bigint(20)", "bigint", False),
-            Column("customer_id", "bigint(20)", "bigint", False),
-            Column("product_id", "int(11)", "int", False),
-            Column("quantity", "int(11)", "int", False),
-            Column("status", "varchar(20)", "string", False),
-            Column("amount", "decimal(12,2)", "decimal(12,2)", False),
-            Column("ordered_at", "datetime(3)", "timestamp", False),
-            Column("note", "varchar(200)", "string", True),
-        ),
-        ("id",),
-    ),
-}
-
-State = dict[str, dict[tuple, dict[str, object]]]
-
-
-@dataclass(frozen=True)
-class RowChange:
-    """One row change as the binlog records it (row-based, full images).
-
-    ``op`` is ``insert``, ``update`` or ``delete``; ``before`` is None for an insert and
-    ``after`` None for a delete. ``binlog_file``/``binlog_pos`` locate the rows event and
-    ``row`` is the row's index inside that event.
-    """
-
-    table: str
-    op: str
-    before: Optional[dict]
-    after: Optional[dict]
-    key: tuple
-    binlog_file: str
-    binlog_pos: int
-    row: int
-
-    @property
-    def position(self) -> tuple[int, int, int]:
-        """``(binlog file number, pos, row)``: the binlog order, as ``cdclake.positions`` has it."""
-        return (binlog_file_number(self.binlog_file), self.binlog_pos, self.row)
-
-    @property
-    def image(self) -> dict:
-        """The row image that identifies the row: ``after``, or ``before`` for a delete."""
-        return self.after if self.after is not None else self.before  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """One committed transaction, in commit order.
-
-    ``tx_id`` is the GTID (``server_uuid:sequence``), as Debezium's MySQL connector reports a
-    transaction id; ``gtid`` is the same text. ``binlog_file``/``binlog_pos`` locate the
-    transaction's first event (the GTID event). ``snapshot`` marks the bulk load at the start of
-    the history. ``kind`` names what the transaction does (``bulk_load``, ``new_order`` ...).
-    """
-
-    tx_id: str
-    gtid: str
-    commit_ts_ms: int
-    changes: tuple[RowChange, ...]
-    binlog_file: str
-    binlog_pos: int
-    thread_id: int
-    snapshot: bool = False
-    kind: str = ""
-
-    @property
-    def commit_time(self) -> _dt.datetime:
-        """The commit time as an aware UTC datetime."""
-        return _dt.datetime.fromtimestamp(self.commit_ts_ms / 1000, tz=_dt.timezone.utc)
-
-
-# ---------------------------------------------------------------------------------------------
-# state helpers
-
-
-def apply_change(state: State, table: str, op: str, before: Optional[Mapping], after: Optional[Mapping],
-                 tables: Mapping[str, Table] = TABLES, check: bool = True) -> None:
-    """Apply one row change to ``state`` (``{table: {pk: row}}``) in place.
-
-    With ``check`` a change that does not fit the state (insert of an existing key, update or
-    delete of a missing one, ``before`` differing from the current row) raises ValueError.
-    """
-    t = tables[table]
-    rows = state.setdefault(table, {})
-    if op in ("insert", "snapshot"):
-        key = t.key_of(after)  # type: ignore[arg-type]
-        if check and key in rows:
-            raise ValueError(f"{table}: insert of existing key {key}")
-        rows[key] = dict(after)  # type: ignore[arg-type]
-    elif op == "update":
-        key = t.key_of(after)  # type: ignore[arg-type]
-        if check and (key not in rows or (before is not None and rows[key] != dict(before))):
-            raise ValueError(f"{table}: update of key {key} does not match the current row")
-        rows[key] = dict(after)  # type: ignore[arg-type]
-    elif op == "delete":
-        key = t.key_of(before)  # type: ignore[arg-type]
-        if check and (key not in rows or rows[key] != dict(before)):  # type: ignore[arg-type]
-            raise ValueError(f"{table}: delete of key {key} does not match the current row")
-        rows.pop(key, None)
-    else:
-        raise ValueError(f"unknown op {op!r}")
-
-
-def replay(history: Iterable[Transaction], until_ms: Optional[int] = None,
-           tables: Mapping[str, Table] = TABLES) -> State:
-    """The state after applying every transaction committed before ``until_ms`` (all when None)."""
-    state: State = {name: {} for name in tables}
-    for tx in history:
-        if until_ms is not None and tx.commit_ts_ms >= until_ms:
-            break
-        for ch in tx.changes:
-            apply_change(state, ch.table, ch.op, ch.before, ch.after, tables)
-    return state
-
-
-def as_text(state: State, tables: Mapping[str, Table] = TABLES) -> dict[str, dict[tuple, dict[str, Optional[str]]]]:
-    """``state`` with every value in the canonical text form of its column (``cdclake.types``).
-
-    Keys stay typed tuples. This is what bronze images hold for the same rows.
-    """
-    out: dict[str, dict[tuple, dict[str, Optional[str]]]] = {}
-    for name, rows in state.items():
-        cols = {c.name: c.ctype for c in tables[name].columns}
-        out[name] = {k: {c: to_text(v, cols[c]) for c, v in row.items()} for k, row in rows.items()}
-    return out
-
-
-def ms_to_datetime(ms: int) -> _dt.datetime:
-    """Naive UTC datetime for epoch milliseconds (millisecond precision)."""
-    return _dt.datetime(1970, 1, 1) + _dt.timedelta(milliseconds=ms)
-
-
-def datetime_to_ms(value: _dt.datetime) -> int:
-    """Epoch milliseconds of a datetime (naive values are UTC)."""
-    if value.tzinfo is not None:
-        value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-    delta = value - _dt.datetime(1970, 1, 1)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-# ---------------------------------------------------------------------------------------------
-# binlog event sizes (approximate, MySQL 5.7/8.0 row-based replication with GTIDs)
-
-_GTID_EVENT = 65
-_BEGIN_EVENT = 80
-_XID_EVENT = 31
-_ROWS_HEADER = 30
-_MAX_ROWS_EVENT = 8192  # binlog-row-event-max-size
-_FIXED_SIZES = {"bigint": 8, "int": 4, "double": 8, "timestamp": 7, "date": 3}
-
-
-def _row_image_size(table: Table, row: Mapping[str, object]) -> int:
-    size = (len(table.columns) + 7) // 8
-    for c in table.columns:
-        v = row.get(c.name)
-        if v is None:
-            continue
-        if c.ctype in _FIXED_SIZES:
-            size += _FIXED_SIZES[c.ctype]
-        elif c.ctype.startswith("decimal"):
-            size += 6
-        elif isinstance(v, bytes):
-            size += 1 + len(v)
-        else:
-            size += 1 + len(str(v).encode("utf-8"))
-    return size
-
-
-def _change_size(table: Table, before: Optional[Mapping], after: Optional[Mapping]) -> int:
-    return sum(_row_image_size(table, img) for img in (before, after) if img is not None)
+from cdclake.sim.binlog import assign_binlog_coordinates
+from cdclake.sim.model import (
+    DATABASE,
+    HOUR_MS,
+    TABLES,
+    RowChange,
+    State,
+    Table,
+    Transaction,
+    apply_change,
+    datetime_to_ms,
+    ms_to_datetime,
+    replay,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -710,57 +472,4 @@ class _Generator:
                     kind, changes = self.tx_random(ts)
                 if changes:
                     logical.append((ts, kind, changes))
-        return self._physical(logical)
-
-    def _physical(self, logical: list[tuple[int, str, list]]) -> list[Transaction]:
-        """Assign GTIDs, threads and binlog coordinates (rotating files by size)."""
-        rng = self.rng
-        server_uuid = "%08x-%04x-11ee-%04x-%012x" % (rng.getrandbits(32), rng.getrandbits(16),
-                                                   0x8000 | rng.getrandbits(14), rng.getrandbits(48))
-        gtid_seq = rng.randint(1_000, 9_000)
-        threads = [rng.randint(10, 500) for _ in range(6)]
-
-        # Group each transaction's changes into rows events: runs of the same table and op.
-        planned = []
-        total = 0
-        for ts, kind, changes in logical:
-            events: list[list] = []
-            for ch in changes:
-                table = TABLES[ch[0]]
-                size = _change_size(table, ch[2], ch[3])
-                if events and events[-1][0] == (ch[0], ch[1]) and events[-1][1] + size <= _MAX_ROWS_EVENT:
-                    events[-1][1] += size
-                    events[-1][2].append(ch)
-                else:
-                    events.append([(ch[0], ch[1]), _ROWS_HEADER + size, [ch]])
-            tx_size = _GTID_EVENT + _BEGIN_EVENT + _XID_EVENT + sum(
-                40 + len(DATABASE) + len(e[0][0]) + len(TABLES[e[0][0]].columns) + e[1] for e in events)
-            planned.append((ts, kind, events, tx_size))
-            total += tx_size
-        # About six files per history, so every history crosses 000009 → 000010.
-        max_binlog_size = max(4_096, total // 5)
-
-        out: list[Transaction] = []
-        file_no, pos = FIRST_BINLOG_FILE, FIRST_EVENT_POS
-        for ts, kind, events, tx_size in planned:
-            fname = f"{BINLOG_PREFIX}.{file_no:06d}"
-            gtid = f"{server_uuid}:{gtid_seq}"
-            gtid_seq += 1
-            tx_pos = pos
-            p = pos + _GTID_EVENT + _BEGIN_EVENT
-            changes = []
-            for (tname, _op), size, rows in events:
-                p += 40 + len(DATABASE) + len(tname) + len(TABLES[tname].columns)  # Table_map event
-                for i, (table, op, before, after) in enumerate(rows):
-                    key = TABLES[table].key_of(after if after is not None else before)
-                    changes.append(RowChange(table, op, before, after, key, fname, p, i))
-                p += size
-            pos = p + _XID_EVENT
-            assert pos - tx_pos == tx_size
-            out.append(Transaction(tx_id=gtid, gtid=gtid, commit_ts_ms=ts, changes=tuple(changes),
-                                   binlog_file=fname, binlog_pos=tx_pos, thread_id=rng.choice(threads),
-                                   snapshot=(kind == "bulk_load"), kind=kind))
-            if pos >= max_binlog_size:
-                file_no += 1
-                pos = FIRST_EVENT_POS
-        return out
+        return assign_binlog_coordinates(logical, self.rng)

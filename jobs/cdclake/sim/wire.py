@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from cdclake.sim.model import TABLES
 from cdclake.sim.render import Message, canal_json, debezium_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dts import dts_avro
 from cdclake.sim.render_qlik import qlik_avro, qlik_json
 from cdclake.sim.render_shareplex import shareplex_json
-from cdclake.sim.source import TABLES
 
 
 @dataclass(frozen=True)
