@@ -26,6 +26,10 @@ if str(JOBS) not in sys.path:
 if str(REPO / "plugins") not in sys.path:
     sys.path.insert(0, str(REPO / "plugins"))
 
+# The shared test helpers (krec, parse, one, sample, landed: tests/helpers.py) assert too: their
+# failures get pytest's assertion messages, as the test modules' own do.
+pytest.register_assert_rewrite("helpers")
+
 #: ``shared/`` beside the clone: seeds and conformance vectors, read in place.
 SHARED = Path(os.environ.get("CDC_SHARED_DIR") or REPO.parent / "shared")
 CONFORMANCE = SHARED / "conformance"

@@ -1,18 +1,22 @@
 """Tests of the ``canal-json`` parser.
 
 Vectors: the Canal JSON samples of "Alibaba Cloud DTS: data formats of Kafka messages (Canal
-JSON)" (pasted below), Apache Flink's flink-json ``canal-data.txt`` (final state derived from
-Flink's ``CanalJsonSerDeSchemaTest`` changelog) and Apache Paimon's Kafka CDC test resources
-(``paimon/kafka/canal/``), the last two read in place from the shared conformance directory.
+JSON)" (verbatim in ``samples/alibaba-dts/``), Apache Flink's flink-json ``canal-data.txt``
+(final state derived from Flink's ``CanalJsonSerDeSchemaTest`` changelog) and Apache Paimon's
+Kafka CDC test resources (``paimon/kafka/canal/``), the last two read in place from the shared
+conformance directory.
 """
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 import re
 
+import helpers
 import pytest
 from conftest import CONFORMANCE, f32, flink_expected, json_lines
+from helpers import krec, sample
 from reference_model import apply_changes, changes
 
 from cdclake.formats.canal import mysql_type
@@ -23,88 +27,19 @@ FLINK = CONFORMANCE / "flink"
 PAIMON_CANAL = CONFORMANCE / "paimon" / "kafka" / "canal" / "table"
 
 
-def krec(value, key=None, offset=0) -> KafkaRecord:
-    enc = lambda v: json.dumps(v).encode() if isinstance(v, (dict, list)) else (v.encode() if isinstance(v, str) else v)
-    return KafkaRecord("topic", 0, offset, 0, enc(key), enc(value))
+parse = functools.partial(helpers.parse, "canal-json")
 
 
-def parse(value, key=None, **options):
-    return get_parser("canal-json", options).parse(krec(value, key))
+# --- Alibaba Cloud DTS: Canal JSON samples (verbatim) --------------------------------------------
 
-
-
-
-
-
-# --- Alibaba Cloud DTS: Canal JSON samples (pasted verbatim) --------------------------------------
-
-DTS_DELETE_BEFORE_2022 = """{
-    "old": [
-        {
-            "shipping_type": "aaa"
-        }
-    ], 
-    "database": "dbname", 
-    "es": 1600161894000, 
-    "id": 58, 
-    "isDdl": false, 
-    "mysqlType": {
-        "id": "bigint(20)", 
-        "shipping_type": "varchar(50)"
-    }, 
-    "pkNames": [
-        "id"
-    ], 
-    "sql": "", 
-    "sqlType": {
-        "id": -5, 
-        "shipping_type": 12
-    }, 
-    "table": "tablename", 
-    "ts": 1600161894771, 
-    "type": "DELETE"
-}"""
-
-DTS_DELETE = """{
-    "data": [
-        {
-            "id": "500000287", 
-            "shipping_type": null
-        }
-    ], 
-    "database": "dbname", 
-    "es": 1600161894000, 
-    "id": 58, 
-    "isDdl": false, 
-    "mysqlType": {
-        "id": "bigint(20)", 
-        "shipping_type": "varchar(50)"
-    }, 
-    "pkNames": [
-        "id"
-    ], 
-    "sql": "", 
-    "sqlType": {
-        "id": -5, 
-        "shipping_type": 12
-    }, 
-    "table": "tablename", 
-    "ts": 1600161894771, 
-    "type": "DELETE"
-}"""
-
-# The document annotates each line of this sample after the value; the annotations are removed
-# below before parsing.
-DTS_DDL_ANNOTATED = """{  
-    "database": "dbname",    The name of the source database.
-    "es": 1600161894000,    The time when the data is written to the binary logs of the source database.
-    "id": 58,      The offsets of DTS cache.
-    "isDdl": true,       Indicates that the operation is a DDL operation.
-    "sql": "eg: create xxx",      The DDL statements recorded in the binary logs.
-    "table": "tablename",       The name of the table that is synchronized.
-    "ts": 1600161894771,      The time when the data is written to the destination database by using DTS.
-    "type": "DDL"                 
-}"""
+# Canal JSON / Examples of data updated / Change tracking instances that are created before March 20, 2022
+DTS_DELETE_BEFORE_2022 = sample("alibaba-dts", "canal-delete-before-2022.json")
+# Canal JSON / Examples of data updated / Change tracking instances that are created or restarted as
+# of March 20, 2022
+DTS_DELETE = sample("alibaba-dts", "canal-delete.json")
+# Canal JSON / Example of a DDL operation. The document annotates each line of this sample after
+# the value; the annotations are removed below before parsing.
+DTS_DDL_ANNOTATED = sample("alibaba-dts", "canal-ddl.annotated.txt")
 DTS_DDL = re.sub(r"^(\s*\"\w+\": (?:\"[^\"]*\"|\w+),?)\s.*$", r"\1", DTS_DDL_ANNOTATED, flags=re.M)
 
 

@@ -1,50 +1,41 @@
 """Tests of the ``cdl-json`` parser and the simulated shop rendered as CDL JSON.
 
-Vectors: the two samples of "Huawei MRS: CDL JSON and Open-Source Debezium JSON" (pasted verbatim
-below: the CDL JSON 1.0 sample is valid JSON as printed and is asserted unchanged; the Debezium
-sample is ``message_version`` 2.0 and must be refused with a pointer to ``debezium-json``), records
-derived from the 1.0 sample by changing the fields named in each test, and a round trip of
-:func:`cdclake.sim.render_cdl.cdl_json` through the parser and the reference model.
+Vectors: the two samples of "Huawei MRS: CDL JSON and Open-Source Debezium JSON" (verbatim in
+``samples/huawei-mrs/``: the CDL JSON 1.0 sample is valid JSON as printed and is asserted
+unchanged; the Debezium sample is ``message_version`` 2.0 and must be refused with a pointer to
+``debezium-json``), records derived from the 1.0 sample by changing the fields named in each
+test, and the shape of :func:`cdclake.sim.render_cdl.cdl_json`'s messages (its round trip through
+the parser and the reference model is in ``test_round_trip.py``).
 """
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 import pickle
 
+import helpers
 import pytest
-from reference_model import apply_changes, changes
+from helpers import krec
 
 from cdclake.formats.cdl import cdl_type  # importing the module registers the format
 from cdclake.formats import get_parser
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
+from cdclake.record import ControlRecord, KafkaRecord, ParseError
 from cdclake.sim.render_cdl import cdl_json
-from cdclake.sim.model import as_text
 from cdclake.sim.source import SimulatedSource
 
 
-def krec(value, key=None, offset=0, partition=0) -> KafkaRecord:
-    """A Kafka record; dict values/keys are JSON-encoded, str values UTF-8 encoded."""
-    enc = lambda v: json.dumps(v).encode() if isinstance(v, (dict, list)) else (v.encode() if isinstance(v, str) else v)
-    return KafkaRecord("topic", partition, offset, 0, enc(key), enc(value))
+parse = functools.partial(helpers.parse, "cdl-json")
+one = functools.partial(helpers.one, "cdl-json")
 
 
-def parse(value, key=None, **options):
-    return get_parser("cdl-json", options).parse(krec(value, key))
+# --- Huawei MRS: CDL JSON and Open-Source Debezium JSON (samples verbatim) ----------------------
 
-
-def one(value, key=None, **options) -> ChangeRecord:
-    result = parse(value, key, **options)
-    assert isinstance(result, list) and len(result) == 1
-    return result[0]
-
-
-# --- Huawei MRS: CDL JSON and Open-Source Debezium JSON (samples pasted verbatim) -------------
-
-CDL_JSON_V1 = """{"schema":{"type":"struct","fields":[{"type":"string","optional":false,"field":"DATA_STORE"},{"type":"string","optional":false,"field":"SEG_OWNER"},{"type":"string","optional":false,"field":"TABLE_NAME"},{"type":"int64","optional":false,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"TIMESTAMP"},{"type":"string","optional":false,"field":"OPERATION"},{"type":"string","optional":true,"field":"LOB_COLUMNS"},{"type":"struct","fields":[{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"value"}],"optional":false},"optional":false,"field":"properties"}],"optional":false,"name":"transaction","field":"transaction"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"unique","field":"unique"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"data","field":"data"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"before","field":"before"},{"type":"string","optional":false,"field":"message_version"},{"type":"string","optional":false,"field":"message_type"},{"type":"string","optional":true,"field":"HEARTBEAT_IDENTIFIER"}],"optional":false,"name":"public.ct_pg2hudi"},"payload":{"DATA_STORE":"POSTGRESQL","SEG_OWNER":"public","TABLE_NAME":"ct_pg2hudi","TIMESTAMP":1707047996013,"OPERATION":"INSERT","LOB_COLUMNS":null,"transaction":{"properties":[{"name":"lsn","value":163955221008},{"name":"txId","value":57227595}]},"unique":{"id":34},"data":{"count1":13,"id":34,"time1":null,"decimalNum":null},"before":null,"message_version":"1.0","message_type":"0","HEARTBEAT_IDENTIFIER":"279fb050-0143-45c1-b184-50bc48c2461c"}}"""
-
-CDL_DEBEZIUM_V2 = """{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.timestamp","field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"before","field":"before"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.timestamp","field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"data","field":"after"},{"type":"struct","fields":[{"type":"string","optional":false,"field":"version"},{"type":"string","optional":false,"field":"connector"},{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":true,"name":"io.debezium.data.Enum","version":1,"parameters":{"allowed":"true,last,false"},"default":"false","field":"snapshot"},{"type":"string","optional":false,"field":"db"},{"type":"string","optional":false,"field":"schema"},{"type":"string","optional":false,"field":"table"},{"type":"int64","optional":true,"field":"txId"},{"type":"int64","optional":true,"field":"lsn"}],"optional":false,"name":"io.debezium.connector.postgresql.Source","field":"source"},{"type":"string","optional":false,"field":"op"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":false,"field":"message_version"},{"type":"string","optional":false,"field":"message_type"},{"type":"string","optional":true,"field":"LOB_COLUMNS"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"unique","field":"unique"}],"optional":false,"name":"public.ct_pg2hudi"},"payload":{"before":null,"after":{"count1":14,"id":35,"time1":null,"decimalNum":null},"source":{"version":"1.4.0.Final","connector":"postgresql","name":"cdl","ts_ms":1707048891235,"snapshot":"false","db":"cdl","schema":"public","table":"ct_pg2hudi","txId":57227663,"lsn":163955586912},"op":"c","ts_ms":1707048984208,"message_version":"2.0","message_type":"0","LOB_COLUMNS":null,"unique":{"id":35}}}"""
+# Data Formats / "A sample in CDL JSON format is as follows"
+CDL_JSON_V1 = helpers.sample("huawei-mrs", "cdl-json-1.0.json")
+# Data Formats / "A sample in Debezium JSON format is as follows"
+CDL_DEBEZIUM_V2 = helpers.sample("huawei-mrs", "debezium-json-2.0.json")
 
 
 def sample(**payload_changes) -> dict:
@@ -273,7 +264,7 @@ def test_parser_is_picklable():
     assert clone.parse(krec(CDL_JSON_V1)) == parser.parse(krec(CDL_JSON_V1))
 
 
-# --- round trip: the simulated shop rendered as CDL JSON --------------------------------------
+# --- the simulated shop rendered as CDL JSON (round trip: test_round_trip.py) ----------------
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -286,21 +277,6 @@ def source() -> SimulatedSource:
 @pytest.fixture(scope="module")
 def messages(source):
     return cdl_json(source.run(), source.tables)
-
-
-def _records(messages) -> list[KafkaRecord]:
-    offsets: dict[int, int] = {}
-    out = []
-    for m in messages:
-        offset = offsets.get(m.partition, 0)
-        offsets[m.partition] = offset + 1
-        out.append(KafkaRecord("cdl", m.partition, offset, m.timestamp_ms, m.key, m.value))
-    return out
-
-
-def _decimal_types(source) -> dict:
-    return {name: {c.name: c.ctype for c in t.columns if c.ctype.startswith("decimal")}
-            for name, t in source.tables.items()}
 
 
 def test_rendered_messages_shape(source, messages):
@@ -318,40 +294,3 @@ def test_rendered_messages_shape(source, messages):
     heartbeats = [m for m in messages if not m.rows]
     assert len(heartbeats) >= 60  # about one a minute over two hours
     assert {m.key for m in heartbeats} == {None}
-
-
-def test_round_trip_reaches_final_state(source, messages):
-    """Every message parsed, applied in position order per table, gives the source's final state.
-
-    The CDL Decimal carries no precision, so decimal columns are typed by configuration here
-    (without it they are typed ``string``; their text is the same).
-    """
-    parser = get_parser("cdl-json", {"column_types": _decimal_types(source)})
-    results = list(parse_all(parser, _records(messages)))
-    controls = [r for _, r in results if isinstance(r, ControlRecord)]
-    assert controls and {c.kind for c in controls} == {"heartbeat"}
-    assert len(controls) == sum(1 for m in messages if not m.rows)
-    pairs = changes(results)
-    state = apply_changes(pairs)
-    expected = as_text(source.final_state())
-    assert set(state) == {f"public.{name}" for name in expected}
-    for name, rows in expected.items():
-        assert state[f"public.{name}"] == {tuple(str(v) for v in key): row for key, row in rows.items()}, name
-    for _, change in pairs:
-        table = source.tables[change.source_table]
-        assert change.column_types == {c.name: c.ctype for c in table.columns}
-        assert change.primary_key == list(table.primary_key) and change.tx_id is not None
-
-
-def test_round_trip_without_configured_types(source, messages):
-    parser = get_parser("cdl-json", {})
-    pairs = changes(parse_all(parser, _records(messages)))
-    decimals = {(n, c) for n, cols in _decimal_types(source).items() for c in cols}
-    for _, change in pairs:
-        for col, ctype in change.column_types.items():
-            assert ctype == ("string" if (change.source_table, col) in decimals
-                             else source.tables[change.source_table].column(col).ctype)
-    state = apply_changes(pairs)
-    expected = as_text(source.final_state())
-    for name, rows in expected.items():
-        assert state[f"public.{name}"] == {tuple(str(v) for v in key): row for key, row in rows.items()}, name

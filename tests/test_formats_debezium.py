@@ -1,18 +1,21 @@
 """Tests of the ``debezium-json`` parser and of the reference model.
 
 Vectors: the samples of "Lindorm: Debezium Format V2.0" and of "Huawei MRS CDL JSON and
-open-source Debezium JSON" (pasted below), Apache Flink's flink-json test resources
-(``flink/debezium-*.txt``, final states derived from Flink's ``DebeziumJsonSerDeSchemaTest``
-changelog) and Apache Paimon's Kafka CDC test resources (``paimon/kafka/debezium/``), the last
-two read in place from the shared conformance directory.
+open-source Debezium JSON" (verbatim in ``samples/lindorm/`` and ``samples/huawei-mrs/``),
+Apache Flink's flink-json test resources (``flink/debezium-*.txt``, final states derived from
+Flink's ``DebeziumJsonSerDeSchemaTest`` changelog) and Apache Paimon's Kafka CDC test resources
+(``paimon/kafka/debezium/``), the last two read in place from the shared conformance directory.
 """
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 
+import helpers
 import pytest
 from conftest import CONFORMANCE, f32, flink_expected, json_lines
+from helpers import krec, sample
 from reference_model import apply_changes, changes
 
 from cdclake.formats import get_parser
@@ -22,26 +25,8 @@ FLINK = CONFORMANCE / "flink"
 PAIMON_DEBEZIUM = CONFORMANCE / "paimon" / "kafka" / "debezium" / "table"
 
 
-def krec(value, key=None, offset=0, partition=0) -> KafkaRecord:
-    """A Kafka record; dict values/keys are JSON-encoded, str values UTF-8 encoded."""
-    enc = lambda v: json.dumps(v).encode() if isinstance(v, (dict, list)) else (v.encode() if isinstance(v, str) else v)
-    return KafkaRecord("topic", partition, offset, 0, enc(key), enc(value))
-
-
-def parse(value, key=None, **options):
-    return get_parser("debezium-json", options).parse(krec(value, key))
-
-
-def one(value, key=None, **options) -> ChangeRecord:
-    result = parse(value, key, **options)
-    assert isinstance(result, list) and len(result) == 1
-    return result[0]
-
-
-
-
-
-
+parse = functools.partial(helpers.parse, "debezium-json")
+one = functools.partial(helpers.one, "debezium-json")
 
 
 def products(state: dict) -> dict[int, tuple]:
@@ -49,177 +34,20 @@ def products(state: dict) -> dict[int, tuple]:
     return {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in table.values()}
 
 
-# --- Lindorm: Debezium Format V2.0 (samples pasted verbatim) ------------------------------------
+# --- Lindorm: Debezium Format V2.0 (samples verbatim) -------------------------------------------
 
-LINDORM_WITH_SCHEMA = """{
-"payload": {
-"op": "u",
-"ts_ms": 1465491411815,
-"before": {
-"id": 1004,
-"name": "Jane"
-},
-"after": {
-"id": 1004,
-"name": "Anne"
-},
-"source": {
-"version": "v1.0",
-"db": "ld-xxxx",
-"namespace": "default",
-"table": "customers",
-"ts_ms": 1465491411807
-}
-},
-"schema": {
-"type": "struct",
-"fields": [
-{ "type": "string", "optional": false, "field": "op" },
-{ "type": "int64", "optional": false, "field": "ts_ms" },
-{
-"type": "struct",
-"fields": [
-{ "type": "int32", "optional": false, "field": "id" },
-{ "type": "string", "optional": false, "field": "name" }
-],
-"optional": true,
-"field": "before"
-},
-{
-"type": "struct",
-"fields": [
-{ "type": "int32", "optional": false, "field": "id" },
-{ "type": "string", "optional": false, "field": "name" }
-],
-"optional": true,
-"field": "after"
-},
-{
-"type": "struct",
-"fields": [
-{ "type": "string", "optional": false, "field": "version" },
-{ "type": "string", "optional": false, "field": "db" },
-{ "type": "string", "optional": false, "field": "namespace" },
-{ "type": "string", "optional": false, "field": "table" },
-{ "type": "int64", "optional": false, "field": "ts_ms" }
-],
-"optional": false,
-"field": "source"
-}
-],
-"optional": false
-}
-}"""
-
-LINDORM_INSERT = """{
-"schema": {},
-"payload": {
-"op": "c",
-"ts_ms": 1465491411815,
-"before": null,
-"after": {
-"id": "1004",
-"first_name": "Anne",
-"last_name": "Kretchmar"
-},
-"source": {
-"version": "v1.0",
-"db": "ld-xxxx",
-"namespace": "default",
-"table": "customers",
-"ts_ms": 1465491411807
-}
-}
-}"""
-
-LINDORM_UPDATE = """{
-"schema": {},
-"payload": {
-"op": "u",
-"ts_ms": 1465491411815,
-"before": {
-"id": "1004",
-"first_name": "Anne Marie",
-"last_name": "Kretchmar"
-},
-"after": {
-"id": "1004",
-"first_name": "Anne",
-"last_name": "Kretchmar"
-},
-"source": {
-"version": "v1.0",
-"db": "ld-xxxx",
-"namespace": "default",
-"table": "customers",
-"ts_ms": 1465491411807
-}
-}
-}"""
-
-LINDORM_DELETE = """{
-"schema": {},
-"payload": {
-"op": "d",
-"ts_ms": 1465491411815,
-"before": {
-"id": "1004",
-"first_name": "Anne Marie",
-"last_name": "Kretchmar"
-},
-"after": null,
-"source": {
-"version": "v1.0",
-"db": "ld-xxxx",
-"namespace": "default",
-"table": "customers",
-"ts_ms": 1465491411807
-}
-}
-}"""
-
-LINDORM_COLUMN_DELETE = """{
-"schema": {},
-"payload": {
-"op": "u",
-"ts_ms": 1465491411815,
-"before": {
-"id": "1004",
-"first_name": "Anne Marie",
-"last_name": "Kretchmar"
-},
-"after": {
-"id": "1004",
-"first_name": "Anne Marie"
-},
-"source": {
-"version": "v1.0",
-"db": "ld-xxxx",
-"namespace": "default",
-"table": "customers",
-"ts_ms": 1465491411807
-}
-}
-}"""
-
-LINDORM_HBASE_INSERT = """{
-"schema": {},
-"payload": {
-"op": "c",
-"ts_ms": 1725258859839,
-"after": {
-"ROW": "dXNlcjE=",
-"f_name": "bHVja3k="
-},
-"source": {
-"version": "v2.0",
-"db": "ld-xxxx",
-"namespace": "default",
-"table": "customers",
-"ts_ms": 1725258833727
-}
-}
-}"""
+# Message structure (the example with a schema)
+LINDORM_WITH_SCHEMA = sample("lindorm", "with-schema.json")
+# Sample records / SQL table samples / Insert (op: "c", before is null)
+LINDORM_INSERT = sample("lindorm", "insert.json")
+# Sample records / SQL table samples / Update (op: "u", both before and after are populated)
+LINDORM_UPDATE = sample("lindorm", "update.json")
+# Sample records / SQL table samples / Row delete (op: "d", after is null)
+LINDORM_DELETE = sample("lindorm", "delete.json")
+# Sample records / SQL table samples / Column delete (op: "u", deleted column is omitted from after)
+LINDORM_COLUMN_DELETE = sample("lindorm", "column-delete.json")
+# Sample records / HBase table samples
+LINDORM_HBASE_INSERT = sample("lindorm", "hbase-insert.json")
 
 
 def test_lindorm_first_example_with_schema():
@@ -289,11 +117,12 @@ def test_column_delete_is_lindorm_only():
     assert one(value, primary_key=["id"]).after == {"id": "1"}
 
 
-# --- Huawei MRS CDL JSON and open-source Debezium JSON (samples pasted verbatim) ---------------
+# --- Huawei MRS CDL JSON and open-source Debezium JSON (samples verbatim) -----------------------
 
-CDL_DEBEZIUM = """{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.timestamp","field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"before","field":"before"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.timestamp","field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"data","field":"after"},{"type":"struct","fields":[{"type":"string","optional":false,"field":"version"},{"type":"string","optional":false,"field":"connector"},{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":true,"name":"io.debezium.data.Enum","version":1,"parameters":{"allowed":"true,last,false"},"default":"false","field":"snapshot"},{"type":"string","optional":false,"field":"db"},{"type":"string","optional":false,"field":"schema"},{"type":"string","optional":false,"field":"table"},{"type":"int64","optional":true,"field":"txId"},{"type":"int64","optional":true,"field":"lsn"}],"optional":false,"name":"io.debezium.connector.postgresql.Source","field":"source"},{"type":"string","optional":false,"field":"op"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":false,"field":"message_version"},{"type":"string","optional":false,"field":"message_type"},{"type":"string","optional":true,"field":"LOB_COLUMNS"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"unique","field":"unique"}],"optional":false,"name":"public.ct_pg2hudi"},"payload":{"before":null,"after":{"count1":14,"id":35,"time1":null,"decimalNum":null},"source":{"version":"1.4.0.Final","connector":"postgresql","name":"cdl","ts_ms":1707048891235,"snapshot":"false","db":"cdl","schema":"public","table":"ct_pg2hudi","txId":57227663,"lsn":163955586912},"op":"c","ts_ms":1707048984208,"message_version":"2.0","message_type":"0","LOB_COLUMNS":null,"unique":{"id":35}}}"""
-
-CDL_JSON_V1 = """{"schema":{"type":"struct","fields":[{"type":"string","optional":false,"field":"DATA_STORE"},{"type":"string","optional":false,"field":"SEG_OWNER"},{"type":"string","optional":false,"field":"TABLE_NAME"},{"type":"int64","optional":false,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"TIMESTAMP"},{"type":"string","optional":false,"field":"OPERATION"},{"type":"string","optional":true,"field":"LOB_COLUMNS"},{"type":"struct","fields":[{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"value"}],"optional":false},"optional":false,"field":"properties"}],"optional":false,"name":"transaction","field":"transaction"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"unique","field":"unique"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"data","field":"data"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"before","field":"before"},{"type":"string","optional":false,"field":"message_version"},{"type":"string","optional":false,"field":"message_type"},{"type":"string","optional":true,"field":"HEARTBEAT_IDENTIFIER"}],"optional":false,"name":"public.ct_pg2hudi"},"payload":{"DATA_STORE":"POSTGRESQL","SEG_OWNER":"public","TABLE_NAME":"ct_pg2hudi","TIMESTAMP":1707047996013,"OPERATION":"INSERT","LOB_COLUMNS":null,"transaction":{"properties":[{"name":"lsn","value":163955221008},{"name":"txId","value":57227595}]},"unique":{"id":34},"data":{"count1":13,"id":34,"time1":null,"decimalNum":null},"before":null,"message_version":"1.0","message_type":"0","HEARTBEAT_IDENTIFIER":"279fb050-0143-45c1-b184-50bc48c2461c"}}"""
+# Data Formats / "A sample in Debezium JSON format is as follows"
+CDL_DEBEZIUM = sample("huawei-mrs", "debezium-json-2.0.json")
+# Data Formats / "A sample in CDL JSON format is as follows"
+CDL_JSON_V1 = sample("huawei-mrs", "cdl-json-1.0.json")
 
 
 def test_huawei_cdl_debezium_sample():

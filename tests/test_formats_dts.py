@@ -12,6 +12,7 @@ written with ``fastavro.schemaless_writer``, as the demo reads them with
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import json
 import pickle
@@ -19,16 +20,17 @@ from collections import Counter
 from decimal import Decimal
 
 import fastavro
+import helpers
 import pytest
 from conftest import CONFORMANCE
 from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
-from reference_model import apply_changes, changes
+from helpers import landed
 
 from cdclake.formats import dts
 from cdclake.formats import get_parser
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
+from cdclake.record import ControlRecord, ParseError, parse_all
 from cdclake.sim.render_dts import dts_avro, encode, type_code
-from cdclake.sim.model import Column, RowChange, Table, Transaction, as_text
+from cdclake.sim.model import Column, RowChange, Table, Transaction
 from cdclake.sim.source import SimulatedSource
 
 FORMAT = "dts-avro"
@@ -63,29 +65,17 @@ def record(**over) -> dict:
     return base
 
 
-def krec(value, key=None, offset=0, partition=0) -> KafkaRecord:
-    if isinstance(value, dict):
-        value = encode(value)
-    if isinstance(key, dict):
-        key = json.dumps(key).encode()
-    return KafkaRecord("dts", partition, offset, 0, key, value)
-
-
-def parse(value, key=None, **options):
-    return get_parser(FORMAT, options).parse(krec(value, key))
-
-
-def one(value, key=None, **options) -> ChangeRecord:
-    result = parse(value, key, **options)
-    assert isinstance(result, list) and len(result) == 1
-    return result[0]
+#: Records of topic ``dts``: a dict value is written as a DTS Avro record, a dict key as JSON.
+krec = functools.partial(helpers.krec, topic="dts", encode_value=encode)
+parse = functools.partial(helpers.parse, FORMAT, make_record=krec)
+one = functools.partial(helpers.one, FORMAT, make_record=krec)
 
 
 def errors(value, key=None, **options) -> ParseError:
-    with pytest.raises(ParseError) as info:
-        parse(value, key, **options)
-    assert str(info.value).startswith(f"{FORMAT}: ")
-    return info.value
+    """The :class:`ParseError` parsing a record raises; its message starts with the format name."""
+    error = helpers.parse_error(FORMAT, value, key, make_record=krec, **options)
+    assert str(error).startswith(f"{FORMAT}: ")
+    return error
 
 
 # --- the embedded schema ------------------------------------------------------------------------
@@ -576,7 +566,7 @@ def test_every_canonical_type_round_trips_through_the_renderer():
     assert [type_code(c) for c in ALL_TYPES.columns] == [8, 1, 2, 3, 4, 5, 246, 253, 253, 10, 12, 7]
 
 
-# --- round trip: the simulated shop as DTS writes it ----------------------------------------------
+# --- the simulated shop as DTS writes it (round trip: test_round_trip.py) --------------------------
 
 
 @pytest.fixture(scope="module")
@@ -592,61 +582,6 @@ def history(source):
 @pytest.fixture(scope="module")
 def messages(source, history):
     return dts_avro(history, source.tables)
-
-
-def landed(messages, reverse=False):
-    """Kafka records with per-partition offsets (in reverse arrival order when ``reverse``)."""
-    offsets: Counter = Counter()
-    out = []
-    for m in messages:
-        out.append(KafkaRecord("shop", m.partition, offsets[m.partition], m.timestamp_ms, m.key, m.value))
-        offsets[m.partition] += 1
-    if reverse:
-        out = [KafkaRecord(r.topic, r.partition, offsets[r.partition] - 1 - r.offset, r.timestamp_ms, r.key, r.value)
-               for r in out][::-1]
-    return out
-
-
-def expected_state(source):
-    out = {}
-    for name, rows in as_text(source.final_state()).items():
-        pk = source.tables[name].primary_key
-        out[f"shop.{name}"] = {tuple(row[k] for k in pk): row for row in rows.values()}
-    return out
-
-
-@pytest.mark.parametrize("partitions, reverse", [(1, False), (3, True)])
-def test_round_trip_reproduces_the_final_state(source, history, partitions, reverse):
-    msgs = dts_avro(history, source.tables, partitions=partitions)
-    results = list(parse_all(get_parser(FORMAT), landed(msgs, reverse)))
-    pairs = changes(results)
-    assert len(pairs) == sum(len(tx.changes) for tx in history)
-    for _, c in pairs:
-        declared = {col.name: col.ctype for col in source.tables[c.source_table].columns}
-        for col, ctype in c.column_types.items():
-            if ctype.startswith("decimal"):  # DTS gives each value's precision; the scale is the column's
-                assert declared[col].startswith("decimal") and ctype.endswith(declared[col].split(",")[1])
-            else:
-                assert ctype == declared[col], (col, ctype)
-        assert c.primary_key == ["id"]
-    state = apply_changes(pairs)
-    expected = expected_state(source)
-    assert set(state) == set(expected)
-    for table, rows in expected.items():
-        assert state[table] == rows, table
-
-
-def test_round_trip_with_configured_decimal_types(source, history, messages):
-    types = {"shop.customers": {"balance": "decimal(12,2)"}, "shop.products": {"price": "decimal(10,2)"},
-             "shop.orders": {"amount": "decimal(12,2)"}}
-    pairs = changes(parse_all(get_parser(FORMAT, {"column_types": types}), landed(messages)))
-    for _, c in pairs:
-        declared = {col.name: col.ctype for col in source.tables[c.source_table].columns}
-        # a NULL of a VARCHAR/VARBINARY column carries no type; every other column is as declared
-        assert c.column_types == {k: v for k, v in declared.items() if k in c.column_types}
-        image = c.after if c.after is not None else c.before
-        assert set(declared) - set(c.column_types) <= {k for k, v in image.items() if v is None}
-    assert apply_changes(pairs) == expected_state(source)
 
 
 def test_rendered_messages(source, history, messages):

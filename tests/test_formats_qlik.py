@@ -20,14 +20,14 @@ from decimal import Decimal
 import pytest
 from conftest import CONFORMANCE
 from fastavro import parse_schema, schemaless_writer
-from reference_model import apply_changes, changes
+from helpers import krec, landed, one, parse_error as error
 
 from cdclake.formats import qlik
 from cdclake.formats.qlik import ENVELOPE_SCHEMA, QlikAvroParser, QlikJsonParser, mask_ordinals, qlik_type
 from cdclake.formats import get_parser
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaEntry, parse_all
+from cdclake.record import ControlRecord, KafkaRecord, ParseError, SchemaEntry, parse_all
 from cdclake.sim.render_qlik import avro_bytes, avro_envelope, qlik_avro, qlik_json
-from cdclake.sim.model import HOUR_MS, as_text
+from cdclake.sim.model import HOUR_MS
 from cdclake.sim.source import SimulatedSource
 
 QLIK_SCHEMAS = CONFORMANCE / "schemas" / "qlik-replicate"
@@ -39,12 +39,6 @@ SEED_MASK_EXAMPLE = ("If UPDATE mask is 0B hexadecimal, which is 1011 binary –
 
 
 # --- builders -------------------------------------------------------------------------------------
-
-def krec(value, key=None, offset=0, partition=0, ts=0) -> KafkaRecord:
-    """A Kafka record; dict values are JSON-encoded, str values UTF-8 encoded."""
-    enc = lambda v: json.dumps(v).encode() if isinstance(v, dict) else (v.encode() if isinstance(v, str) else v)  # noqa: E731
-    return KafkaRecord("topic", partition, offset, ts, enc(key), enc(value))
-
 
 def column(ordinal, qtype, pk=0, length=0, precision=0, scale=0):
     return {"ordinal": ordinal, "type": qtype, "length": length, "precision": precision, "scale": scale,
@@ -147,18 +141,6 @@ def avro_parser(*mds, **options):
     entries = entries_of(QlikAvroParser({}), *[avro_md(md) for md in mds])
     assert len(entries) == len(mds)
     return get_parser("qlik-avro", options).with_schemas(entries)
-
-
-def one(parser, value) -> ChangeRecord:
-    result = parser.parse(krec(value))
-    assert isinstance(result, list) and len(result) == 1
-    return result[0]
-
-
-def error(parser, value) -> ParseError:
-    with pytest.raises(ParseError) as info:
-        parser.parse(krec(value))
-    return info.value
 
 
 # --- documents ------------------------------------------------------------------------------------
@@ -569,53 +551,14 @@ def test_table_version_change_uses_the_new_schema_from_then_on():
         assert first.source_position < second.source_position
 
 
-# --- rendered history: round trip -----------------------------------------------------------------
+# --- rendered history (round trip: test_round_trip.py) ---------------------------------------------
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 
-def records(messages) -> list[KafkaRecord]:
-    return [KafkaRecord("shop", m.partition, i, m.timestamp_ms, m.key, m.value) for i, m in enumerate(messages)]
-
-
-def expected_text(src) -> dict:
-    return {f"shop.{t}": {tuple(str(v) for v in k): row for k, row in rows.items()}
-            for t, rows in as_text(src.final_state()).items()}
-
-
-@pytest.mark.parametrize("render,fmt", [(qlik_json, "qlik-json"), (qlik_avro, "qlik-avro")])
-@pytest.mark.parametrize("minimal_logging", [False, True])
-def test_round_trip_hour_by_hour(render, fmt, minimal_logging):
-    """Render two simulated hours, land them hour by hour (metadata stored across hours, each hour
-    parsed by a fresh parser with the entries stored so far), apply in position order."""
-    src = SimulatedSource(seed=11, start=START, hours=2)
-    recs = records(render(src.run(), src.tables, partitions=3, minimal_logging=minimal_logging))
-    stored: list = []
-    pairs = []
-    for hour_start, hour_end in src.hour_bounds():
-        window = [r for r in recs if hour_start <= r.timestamp_ms < hour_end]
-        scanner = get_parser(fmt)
-        stored += [e for r in window for e in scanner.schema_entries(r)]
-        parser = get_parser(fmt).with_schemas(list(stored))
-        results = list(parse_all(parser, window))
-        assert not [r for r in results if isinstance(r[1], ParseError)]
-        pairs += changes(results)
-    state = apply_changes(pairs)
-    assert state == expected_text(src)
-    # two versions of orders were stored; every change carries a key and types
-    assert sorted((e.source_table, e.table_version) for e in stored) == [
-        ("customers", 1), ("orders", 1), ("orders", 2), ("products", 1)]
-    assert all(c.primary_key == ["id"] for _, c in pairs)
-    types = {c.source_table: c.column_types for _, c in pairs}
-    assert types == {name: {c.name: c.ctype for c in t.columns} for name, t in src.tables.items()}
-    if minimal_logging:
-        partial = [c for _, c in pairs if c.op == "update" and len(c.after) < len(c.column_types)]
-        assert partial, "minimal logging must give updates without the unchanged columns"
-
-
 def test_data_before_its_metadata_is_quarantined_then_decodes_on_rerun():
     src = SimulatedSource(seed=3, start=START, hours=1)
-    recs = records(qlik_avro(src.run(), src.tables))
+    recs = landed(qlik_avro(src.run(), src.tables))
     data = [r for r in recs if QlikAvroParser({}).schema_entries(r) == []]
     results = list(parse_all(get_parser("qlik-avro"), data))
     assert all(isinstance(res, ParseError) and NEVER_SEEN in str(res) for _, res in results)
@@ -629,7 +572,7 @@ def test_rendered_stream_shape(render, fmt):
     src = SimulatedSource(seed=11, start=START, hours=2)
     history = src.run()
     messages = render(history, src.tables, partitions=2)
-    recs = records(messages)
+    recs = landed(messages)
     scanner = get_parser(fmt)
     md = [i for i, r in enumerate(recs) if scanner.schema_entries(r)]
     assert md[:3] == [0, 1, 2] and len(md) == 4                   # one per table first, then the version change
@@ -696,7 +639,7 @@ def test_data_in_a_later_hour_than_its_metadata():
     """Hour 2's data messages decode with a parser given only the entries stored from hour 1
     (another call); only data naming a schema whose metadata lands in hour 2 needs that hour."""
     src = SimulatedSource(seed=11, start=START, hours=2)
-    recs = records(qlik_json(src.run(), src.tables))
+    recs = landed(qlik_json(src.run(), src.tables))
     boundary = src.start_ms + HOUR_MS
     hour1 = [r for r in recs if r.timestamp_ms < boundary]
     hour2 = [r for r in recs if r.timestamp_ms >= boundary]

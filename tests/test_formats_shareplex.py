@@ -1,8 +1,8 @@
 """Tests of the ``shareplex-json`` parser and the simulated shop rendered as SharePlex JSON.
 
 Vectors: the three Shareplex JSON examples of "Alibaba Cloud DTS: data formats of Kafka
-messages" (pasted verbatim below, with the document's indentation and trailing blanks). How each
-became the record asserted on, every field the document shows kept:
+messages" (verbatim in ``samples/alibaba-dts/``, with the document's indentation and trailing
+blanks). How each became the record asserted on, every field the document shows kept:
 
 - *Data inserted*: valid JSON as printed; asserted unchanged.
 - *Data updated*: the ``meta`` block ends with a line ``...`` (fields left out by the document);
@@ -12,98 +12,40 @@ became the record asserted on, every field the document shows kept:
   (``meta.table``); :data:`DOC_DELETE` adds ``"table": "CL_BIZ1.MIO_LOG"``, the table the two
   other examples name, to assert the delete itself.
 
-Then records derived from those (fields changed as each test says) and a round trip of
-:func:`cdclake.sim.render_shareplex.shareplex_json` through the parser and the reference model.
+Then records derived from those (fields changed as each test says) and the shape of
+:func:`cdclake.sim.render_shareplex.shareplex_json`'s messages (its round trip through the parser
+and the reference model is in ``test_round_trip.py``).
 """
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import pickle
 import re
 
+import helpers
 import pytest
-from reference_model import apply_changes, changes
+from helpers import krec, sample
+from reference_model import apply_changes
 
 from cdclake.formats.shareplex import meta_idx, split_table  # importing the module registers the format
 from cdclake.formats import get_parser
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, parse_all
+from cdclake.record import ControlRecord, KafkaRecord, ParseError
 from cdclake.sim.render_shareplex import shareplex_json
-from cdclake.sim.model import as_text
 from cdclake.sim.source import SimulatedSource
 
 
-def krec(value, key=None, offset=0, partition=0) -> KafkaRecord:
-    """A Kafka record; dict values/keys are JSON-encoded, str values UTF-8 encoded."""
-    enc = lambda v: json.dumps(v).encode() if isinstance(v, (dict, list)) else (v.encode() if isinstance(v, str) else v)
-    return KafkaRecord("topic", partition, offset, 0, enc(key), enc(value))
+parse = functools.partial(helpers.parse, "shareplex-json")
+one = functools.partial(helpers.one, "shareplex-json")
 
 
-def parse(value, key=None, **options):
-    return get_parser("shareplex-json", options).parse(krec(value, key))
+# --- Alibaba Cloud DTS: Shareplex JSON examples (verbatim) ----------------------------------
 
-
-def one(value, key=None, **options) -> ChangeRecord:
-    result = parse(value, key, **options)
-    assert isinstance(result, list) and len(result) == 1
-    return result[0]
-
-
-# --- Alibaba Cloud DTS: Shareplex JSON examples (pasted verbatim) -----------------------------
-
-DOC_INSERT = """    {
-        "meta": {
-            "time": "2017-06-16T14:24:34", 
-            "userid": 84,                                    
-            "op": "ins",                                   
-              "scn": "14589063118712",                  
-              "rowid": "AAATGpAAIAAItcIAAA",      
-            "trans": "7.0.411499",                 
-            "seq": 1,                                          
-            "size": 11,                                         
-            "table": "CL_BIZ1.MIO_LOG",       
-              "idx": "1/11",                                       
-            "posttime": "2017-06-16T14:33:52"
-        },
-        "data": {
-            "MIO_LOG_ID": "32539737"
-         }
-    }"""
-
-DOC_UPDATE_AS_PRINTED = """    {
-        "meta": {
-            "time": "2017-06-16T15:38:13",
-            "userid": 84,
-            "op": "upd",                             
-            "table": "CL_BIZ1.MIO_LOG"
-            ...
-        },
-        "data": {                                          
-            "CNTR_NO": "1171201606"
-        },
-        "key": {                                            
-            "MIO_LOG_ID": "32537893",
-            "PLNMIO_REC_ID": "31557806",
-            "POL_CODE": null,
-            "CNTR_TYPE": null,
-            "CNTR_NO": "1171201606syui26"
-        }
-    }"""
-
-DOC_DELETE_AS_PRINTED = """    {
-        "meta": {
-            "time": "2017-06-16T15:51:35",
-            "userid": 84,
-            "op": "del",                      
-         },
-        "data": {                                    
-            "MIO_LOG_ID": "32539739",
-            "PLNMIO_REC_ID": "31557806",
-            "POL_CODE": null,
-            "CNTR_TYPE": null,
-            "CG_NO": null
-         }
-    }"""
+# Shareplex JSON / Examples / Data inserted, Data updated, Data deleted
+DOC_INSERT = sample("alibaba-dts", "shareplex-insert.json")
+DOC_UPDATE_AS_PRINTED = sample("alibaba-dts", "shareplex-update.as-printed.txt")
+DOC_DELETE_AS_PRINTED = sample("alibaba-dts", "shareplex-delete.as-printed.txt")
 
 DOC_UPDATE = re.sub(r"\n\s*\.\.\.\n", "\n", DOC_UPDATE_AS_PRINTED)
 DOC_DELETE_AS_SENT = re.sub(r'("op": "del"),(\s*\n\s*\})', r"\1\2", DOC_DELETE_AS_PRINTED)
@@ -389,7 +331,7 @@ def test_parser_is_picklable():
     assert clone.parse(krec(DOC_INSERT)) == parser.parse(krec(DOC_INSERT))
 
 
-# --- round trip: the simulated shop rendered as SharePlex JSON --------------------------------
+# --- the simulated shop rendered as SharePlex JSON (round trip: test_round_trip.py) ----------
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -402,23 +344,6 @@ def source() -> SimulatedSource:
 @pytest.fixture(scope="module")
 def messages(source):
     return shareplex_json(source.run(), source.tables)
-
-
-def _records(messages) -> list[KafkaRecord]:
-    offsets: dict[int, int] = {}
-    out = []
-    for m in messages:
-        offset = offsets.get(m.partition, 0)
-        offsets[m.partition] = offset + 1
-        out.append(KafkaRecord("shareplex", m.partition, offset, m.timestamp_ms, m.key, m.value))
-    return out
-
-
-def _options(source) -> dict:
-    """The configuration a SharePlex source needs: keys for inserts and deletes, and the column
-    types the format does not carry."""
-    return {"primary_keys": {name: list(t.primary_key) for name, t in source.tables.items()},
-            "column_types": {name: {c.name: c.ctype for c in t.columns} for name, t in source.tables.items()}}
 
 
 def test_rendered_messages_shape(source, messages):
@@ -440,40 +365,3 @@ def test_rendered_messages_shape(source, messages):
             assert "key" not in d
     scns = [int(d["meta"]["scn"]) for d in docs]
     assert scns == sorted(scns)
-
-
-def test_round_trip_reaches_final_state(source, messages):
-    """Every message parsed, applied in (scn, seq) order per table, gives the source's final state.
-
-    SharePlex JSON carries no types: the comparison is exact because the column types are
-    configured (``column_types``), as a SharePlex source must be for typed silver columns.
-    """
-    parser = get_parser("shareplex-json", _options(source))
-    results = list(parse_all(parser, _records(messages)))
-    pairs = changes(results)
-    assert len(pairs) == len(messages)
-    state = apply_changes(pairs)
-    expected = as_text(source.final_state())
-    assert set(state) == {f"shop.{name}" for name in expected}
-    for name, rows in expected.items():
-        assert state[f"shop.{name}"] == {tuple(str(v) for v in key): row for key, row in rows.items()}, name
-    history = source.run()
-    sizes = [parser.transaction_size(r) for r in _records(messages)]
-    assert sizes == [len(tx.changes) for tx in history for _ in tx.changes]
-    tx_ids = {c.tx_id for _, c in pairs}
-    assert len(tx_ids) == len(history)
-    updates = [c for _, c in pairs if c.op == "update"]
-    assert updates and all(set(c.before) == set(c.primary_key) for c in updates)
-
-
-def test_round_trip_untyped_text(source, messages):
-    """Without ``column_types`` every column is text as SharePlex sent it; keys still come from
-    configuration (inserts, deletes) and the ``key`` object (updates)."""
-    keys = {"primary_keys": _options(source)["primary_keys"]}
-    pairs = changes(parse_all(get_parser("shareplex-json", keys), _records(messages)))
-    assert all(c.column_types == {} for _, c in pairs)
-    state = apply_changes(pairs)
-    customers = state["shop.customers"]
-    created = next(iter(customers.values()))["created_at"]
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}", created)
-    assert len(customers) == len(source.final_state()["customers"])
