@@ -71,7 +71,7 @@ def source_hash() -> str:
     """Hash of the code that decides the rendered bytes (simulator, renderers, type texts, bench source)."""
     h = hashlib.sha256()
     files = sorted((REPO_ROOT / "jobs" / "cdclake" / "sim").glob("*.py")) + [
-        REPO_ROOT / "jobs" / "cdclake" / "types.py", REPO_ROOT / "jobs" / "cdclake" / "formats" / "dts.py",
+        REPO_ROOT / "jobs" / "cdclake" / "types.py", REPO_ROOT / "jobs" / "cdclake" / "formats" / "dts" / "schema.py",
         BENCH_DIR / "source.py", BENCH_DIR / "data.py"]
     for f in files:
         h.update(f.name.encode())

@@ -531,7 +531,7 @@ def test_debezium_schema_of_the_wrong_json_type_is_a_parse_error():
         err = _parse_error("debezium-json", json_edit(value, *path[0]), key)
         assert err.field == field_name and str(err).startswith(f"debezium-json: field '{field_name}': {reason}"), err
     # a Decimal value read with parameters that are not an object is a value error of its column
-    from cdclake.formats.debezium import connect_text
+    from cdclake.formats.connect import connect_text
 
     with pytest.raises(ValueError, match="are not an object"):
         connect_text("AQ==", {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": "x"})
@@ -546,7 +546,7 @@ def test_canal_names_of_the_wrong_json_type_are_parse_errors():
 
 
 def test_keys_nested_past_the_parser_are_not_used():
-    from cdclake.formats._common import EnvelopeReader, read_key
+    from cdclake.formats.json_values import EnvelopeReader, read_key
 
     deep = b"[" * 100_000 + b"]" * 100_000
     assert read_key(deep) is None and read_key(deep, EnvelopeReader("debezium-json")) is None

@@ -20,9 +20,10 @@ import json
 
 import pytest
 
-from cdclake.formats._common import EnvelopeReader, general_text, load_json, text_converter, unwrap_envelope
+from cdclake.formats.json_values import EnvelopeReader, load_json, unwrap_envelope
+from cdclake.formats.text import general_text, text_converter
 from cdclake.formats.canal import canal_converter, canal_text
-from cdclake.formats.debezium import connect_converter, connect_text
+from cdclake.formats.connect import connect_converter, connect_text
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord, ParseError
 from cdclake.sim import SimulatedSource, canal_json, debezium_json
@@ -295,7 +296,7 @@ def test_other_connect_parsers_with_kept_envelopes_equal_a_new_one(tag):
 
 
 def test_read_key_with_a_kept_envelope_reader_equals_a_whole_read(debezium_messages):
-    from cdclake.formats._common import read_key
+    from cdclake.formats.json_values import read_key
 
     keys = [k for k, _ in debezium_messages if k]
     odd = [keys[0] + b"x", keys[0][:-1], b"[1]", b"5", b"null", b'{"schema":null,"payload":{}}', b"\xff",

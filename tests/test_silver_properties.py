@@ -519,7 +519,7 @@ def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_w
 
 def _text_state(sc: Scenario) -> dict:
     """The model's state in canonical bronze text (what ``reference_model`` computes)."""
-    from cdclake.formats._common import pad_scale
+    from cdclake.formats.text import pad_scale
     from cdclake.types import to_text
 
     out = {}

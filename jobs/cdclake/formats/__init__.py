@@ -1,6 +1,7 @@
 """The vendor formats: a closed list from format name to parser class.
 
-One module (or package) per vendor format; each cites the document it implements. A parser class
+One module (or package) per vendor format; each cites the document it implements, and each parser
+class derives from the parser template :class:`cdclake.formats.base.FormatParser`. A parser class
 is built with the source's options from the pipeline YAML (see :meth:`get_parser`).
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ format* → *JSON CDC format*; Applier ``replication-format: JSON``):
 - **Value** (section *Examples*): ``payload`` holds ``before``, ``after``, ``source``, ``op`` and
   ``ts_ms``; ``schema`` is the envelope's Connect schema, whose ``before``/``after`` structs type
   the columns (Connect types and logical types as in Debezium:
-  :func:`cdclake.formats.debezium.connect_type`). ``op`` is ``r`` (a snapshot read, *Change
+  :func:`cdclake.formats.connect.connect_type`). ``op`` is ``r`` (a snapshot read, *Change
   events in snapshot mode*), ``c``, ``u`` or ``d`` (*Change events in realtime mode*). An
   insert or snapshot read carries ``"before": {}`` and a delete ``"after": {}``: an empty object
   means the image does not exist (None), not an image whose columns are all absent.
@@ -43,7 +43,7 @@ Position (:mod:`cdclake.positions`), from the ``source`` block:
 payload's ``ts_ms`` is Replicant's processing time, not the commit time). ``tx_id`` is
 ``source.gtid`` when present.
 
-Options: those of :class:`cdclake.formats._common.SourceOptions` (``primary_key``,
+Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key``,
 ``primary_keys``, ``column_types``); configured types apply to columns the value schema does
 not type (messages sent without a schema).
 """
@@ -52,17 +52,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Optional
 
-from cdclake.formats._common import (
-    LearningParser,
-    coerce_text,
-    convert_image,
-    key_delete_image,
-    resolve_primary_key,
-    unwrap_envelope,
-)
-from cdclake.formats.debezium import connect_text, connect_type
-from cdclake.positions import as_element, binlog_file_number, optional_int
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
+from cdclake.formats.base import Event
+from cdclake.formats.connect import ConnectJsonParser, connect_text, connect_type, key_fields, struct_fields
+from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, optional_element, table_name
+from cdclake.formats.json_values import unwrap_envelope
+from cdclake.formats.options import key_delete_image, resolve_primary_key
+from cdclake.formats.text import coerce_text, convert_image
+from cdclake.positions import binlog_file_number
+from cdclake.record import ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "arcion-json"
@@ -73,6 +70,7 @@ BINLOG_CONNECTORS = ("mysql", "mariadb")
 #: What the earlier edition of the document sends in place of a null key or tombstone value.
 _DEFAULT_MARKERS = (b"default", b'"default"')
 _DELETE_HINT = "the delete's before image and its Kafka key both lack them"
+_NOT_A_NAME = "{!r} is not a name"
 
 
 def _is_null_marker(raw: Optional[bytes]) -> bool:
@@ -106,25 +104,7 @@ def read_arcion_key(raw: Optional[bytes]) -> Optional[tuple[dict[str, Any], dict
         return None
     if not isinstance(payload, dict):
         raise ParseError(FORMAT, f"key payload is a JSON {type(payload).__name__}, not an object", "key")
-    return payload, {f["field"]: f for f in _fields(schema)}
-
-
-def _fields(schema: Any) -> list[dict]:
-    """The field schemas of a Connect struct schema that name a field (malformed entries skipped)."""
-    fields = schema.get("fields") if isinstance(schema, dict) else None
-    if not isinstance(fields, list):
-        return []
-    return [f for f in fields if isinstance(f, dict) and isinstance(f.get("field"), str)]
-
-
-def value_field_schemas(schema: Optional[Mapping[str, Any]]) -> dict[str, dict]:
-    """Column → Connect field schema, from the envelope schema's ``before`` and ``after`` structs."""
-    out: dict[str, dict] = {}
-    for env_field in _fields(schema):
-        if env_field["field"] in ("before", "after"):
-            for col in _fields(env_field):
-                out.setdefault(col["field"], col)
-    return out
+    return payload, key_fields(schema)
 
 
 def _type_of(schema: Mapping[str, Any], where: str) -> str:
@@ -144,10 +124,7 @@ def _text_of(value: Any, schema: Mapping[str, Any]) -> Optional[str]:
 
 
 def _element(source: Mapping[str, Any], name: str) -> int:
-    try:
-        return as_element(source.get(name), name)
-    except ValueError as exc:
-        raise ParseError(FORMAT, f"cannot read position: {exc}", f"source.{name}") from None
+    return element(FORMAT, source.get(name), f"source.{name}", what=name, prefix="cannot read position: ")
 
 
 def source_position(source: Mapping[str, Any], snapshot: bool) -> tuple[int, ...]:
@@ -182,20 +159,38 @@ def source_position(source: Mapping[str, Any], snapshot: bool) -> tuple[int, ...
     return (_element(source, "ts_ms"),)
 
 
-def _name(source: Mapping[str, Any], name: str) -> Optional[str]:
-    value = source.get(name)
-    if value is not None and not isinstance(value, str):
-        raise ParseError(FORMAT, f"{value!r} is not a name", f"source.{name}")
-    return value
-
-
 def _image(payload: Mapping[str, Any], name: str) -> Any:
     """``payload[name]`` with ``{}`` (the document's "no image") read as None."""
     image = payload.get(name)
     return None if image == {} else image
 
 
-class ArcionJsonParser(LearningParser):
+class _Typed:
+    """The column types of one record (its value schema's, its key schema's, then the configured
+    ones) and :meth:`convert` (column, JSON value → canonical text)."""
+
+    def __init__(self, col_schemas: dict, key_schemas: dict, configured: Mapping[str, str]):
+        self.col_schemas = col_schemas
+        self.types = {col: _type_of(s, "schema") for col, s in col_schemas.items()}
+        for col, s in key_schemas.items():
+            self.types.setdefault(col, _type_of(s, "key"))
+        for col, ctype in configured.items():
+            self.types.setdefault(col, ctype)
+
+    def convert(self, col: str, value: Any) -> Optional[str]:
+        """Canonical text of ``value`` in column ``col`` (``ValueError`` when it does not fit)."""
+        if col in self.col_schemas:
+            return _text_of(value, self.col_schemas[col])
+        return coerce_text(value, self.types[col]) if col in self.types else to_text(value)
+
+
+def _key_value_text(col: str, value: Any, key_schemas: dict, col_schemas: dict, types: dict) -> Optional[str]:
+    """A Kafka key value typed by its field in the key's schema, else in the value's, else by type."""
+    schema_of = key_schemas.get(col) or col_schemas.get(col)
+    return _text_of(value, schema_of) if schema_of else coerce_text(value, types.get(col, "string"))
+
+
+class ArcionJsonParser(ConnectJsonParser):
     """Parser of ``arcion-json`` records: ``ArcionJsonParser(options).parse(KafkaRecord)``.
 
     Returns one :class:`ChangeRecord` in a list, or a ``tombstone`` :class:`ControlRecord` for a
@@ -211,88 +206,65 @@ class ArcionJsonParser(LearningParser):
 
     format_name = FORMAT
 
-    def parse(self, record: KafkaRecord) -> ParseResult:
-        """Parse one Kafka record (see the class docstring for results and errors)."""
-        if _is_null_marker(record.value):
-            return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        payload, schema, _ = self._reader.load(record.value)
-        if payload is None:
-            return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        if not isinstance(payload, dict):
-            raise ParseError(FORMAT, f"payload is a JSON {type(payload).__name__}, not an object", "payload")
-        source = payload.get("source")
-        if not isinstance(source, dict):
-            raise ParseError(FORMAT, "missing source block" if source is None else
-                             f"source is a JSON {type(source).__name__}, not an object", "source")
-        op = payload.get("op")
+    def is_tombstone(self, value: Optional[bytes]) -> bool:
+        """A null value: None, empty, JSON ``null`` or the earlier edition's ``"default"`` (item 5)."""
+        return _is_null_marker(value)
+
+    def source_block(self, payload: dict) -> dict:
+        """The ``source`` block, required."""
+        return json_object(FORMAT, payload.get("source"), "source", missing="missing source block")
+
+    def control(self, event: Event) -> Optional[ParseResult]:
+        """No control records but tombstones: the ``op``."""
+        op = event.message.get("op")
         if op is None:
             raise ParseError(FORMAT, "missing operation", "op")
         if not isinstance(op, str) or op not in OPS:
             raise ParseError(FORMAT, f"unknown operation {op!r} (expected one of r, c, u, d)", "op")
-        return [self._change(record, payload, schema, source, OPS[op])]
+        event.op = OPS[op]
+        return None
 
-    def _change(self, record: KafkaRecord, payload: dict, schema: Optional[dict], source: dict,
-                kind: str) -> ChangeRecord:
-        table = source.get("table")
-        if not isinstance(table, str) or not table:
-            raise ParseError(FORMAT, "missing table name", "source.table")
-        database, schema_name = _name(source, "db"), _name(source, "schema")
+    def table(self, event: Event) -> None:
+        """``source.table``, ``source.db`` and ``source.schema``."""
+        source = event.source
+        event.table = table_name(FORMAT, source.get("table"), "source.table")
+        event.database = name_text(FORMAT, source.get("db"), "source.db", _NOT_A_NAME)
+        event.schema_name = name_text(FORMAT, source.get("schema"), "source.schema", _NOT_A_NAME)
 
-        col_schemas = value_field_schemas(schema)
-        key = read_arcion_key(record.key)
-        key_values, key_schemas = key if key else ({}, {})
-        types = {col: _type_of(s, "schema") for col, s in col_schemas.items()}
-        for col, s in key_schemas.items():
-            types.setdefault(col, _type_of(s, "key"))
-        for col, ctype in self.options.column_types(database, schema_name, table).items():
-            types.setdefault(col, ctype)
+    def column_types(self, event: Event) -> None:
+        """Types from the value schema's structs, then the Kafka key's schema, then ``column_types``."""
+        col_schemas = struct_fields(event.schema, ("before", "after"))
+        event.key = read_arcion_key(event.record.key)
+        key_schemas = event.key[1] if event.key else {}
+        event.plan = typed = _Typed(col_schemas, key_schemas,
+                                    self.options.column_types(event.database, event.schema_name, event.table))
+        event.types, event.convert = typed.types, typed.convert
 
-        def convert(col: str, value: Any) -> Optional[str]:
-            if col in col_schemas:
-                return _text_of(value, col_schemas[col])
-            return coerce_text(value, types[col]) if col in types else to_text(value)
+    def images(self, event: Event) -> None:
+        """``before`` and ``after`` (``{}`` is no image); all but a delete need ``after``."""
+        op, payload = event.op, event.message
+        event.before = convert_image(FORMAT, _image(payload, "before"), event.convert, "before")
+        event.after = convert_image(FORMAT, _image(payload, "after"), event.convert, "after")
+        if op != "delete" and event.after is None:
+            raise ParseError(FORMAT, f"{op} has no after image", "after")
+        if op == "delete":
+            event.after = None
 
-        before = convert_image(FORMAT, _image(payload, "before"), convert, "before")
-        after = convert_image(FORMAT, _image(payload, "after"), convert, "after")
-        if kind != "delete" and after is None:
-            raise ParseError(FORMAT, f"{kind} has no after image", "after")
-        if kind == "delete":
-            after = None
+    def primary_key(self, event: Event) -> None:
+        """Configured, else the Kafka key's columns; a delete's key values from its image or key."""
+        key_values, key_schemas = event.key if event.key else ({}, {})
+        event.primary_key = resolve_primary_key(
+            FORMAT, self.options.key_override(event.database, event.schema_name, event.table), None,
+            list(key_values) or None)
+        if event.op == "delete":
+            key_text = kafka_key_text(FORMAT, key_values, _key_value_text, key_schemas, event.plan.col_schemas,
+                                      event.types)
+            event.before = key_delete_image(FORMAT, event.primary_key, event.before, key_text, "before", _DELETE_HINT)
 
-        primary_key = resolve_primary_key(
-            FORMAT, self.options.key_override(database, schema_name, table), None, list(key_values) or None)
-        if kind == "delete":
-            key_text = {}
-            for col, value in key_values.items():
-                schema_of = key_schemas.get(col) or col_schemas.get(col)
-                try:
-                    key_text[col] = (_text_of(value, schema_of) if schema_of
-                                     else coerce_text(value, types.get(col, "string")))
-                except (ValueError, TypeError, ArithmeticError) as exc:
-                    raise ParseError(FORMAT, f"cannot read Kafka key value {value!r}: {exc}", f"key.{col}") from None
-            before = key_delete_image(FORMAT, primary_key, before, key_text, "before", _DELETE_HINT)
-
-        try:
-            ts = optional_int(source.get("ts_ms"))
-        except ValueError as exc:
-            raise ParseError(FORMAT, str(exc), "source.ts_ms") from None
+    def position(self, event: Event) -> None:
+        """``source.ts_ms``, then the position; ``source.gtid`` as the transaction id."""
+        source = event.source
+        event.ts_ms = optional_element(FORMAT, source.get("ts_ms"), "source.ts_ms")
+        event.position = source_position(source, event.op == "snapshot")
         gtid = source.get("gtid")
-        return ChangeRecord(
-            source_format=FORMAT,
-            source_database=database,
-            source_schema=schema_name,
-            source_table=table,
-            op=kind,
-            before=before,
-            after=after,
-            primary_key=primary_key,
-            column_types=types,
-            source_position=source_position(source, kind == "snapshot"),
-            source_ts_ms=ts,
-            tx_id=None if gtid in (None, "") else str(gtid),
-        )
-
-
-def _key_detail(key: Optional[bytes]) -> Optional[str]:
-    """The Kafka key as text, for the detail of a tombstone."""
-    return bytes(key).decode("utf-8", errors="replace") if key else None
+        event.tx_id = None if gtid in (None, "") else str(gtid)

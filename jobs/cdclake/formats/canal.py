@@ -12,7 +12,7 @@ row's index); position ``(es, id, row index)``. An UPDATE's ``before`` is the ``
 overlaid with its ``old`` row (``old`` holds only the changed columns' previous values). DDL
 (``isDdl: true``) is a ``ddl`` control record, except TRUNCATE, which is a ``truncate`` change.
 
-Options: those of :class:`cdclake.formats._common.SourceOptions` (``primary_key``,
+Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key``,
 ``primary_keys``, ``column_types``); configured types apply to columns ``mysqlType`` does not
 name. A Kafka key holding a JSON object of key columns is used when ``pkNames`` is empty and to
 key deletes whose images lack the key.
@@ -22,18 +22,11 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Optional
 
-from cdclake.formats._common import (
-    LearningParser,
-    SourceOptions,
-    coerce_text,
-    convert_image,
-    key_delete_image,
-    load_json,
-    read_key,
-    resolve_primary_key,
-    text_converter,
-)
-from cdclake.positions import as_element
+from cdclake.formats.base import Event, FormatParser
+from cdclake.formats.fields import element, json_object, name_text
+from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
+from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
+from cdclake.formats.text import coerce_text, convert_image, text_converter
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import normalize_type, to_text
 
@@ -120,15 +113,7 @@ class _TablePlan:
         return conv(value)
 
 
-def _element(value: Any, field_name: str) -> int:
-    """A non-negative integer message field; :class:`ParseError` naming the field otherwise."""
-    try:
-        return as_element(value, field_name)
-    except ValueError as exc:
-        raise ParseError(FORMAT, str(exc), field_name) from None
-
-
-class CanalJsonParser(LearningParser):
+class CanalJsonParser(FormatParser):
     """Parser of ``canal-json`` records: ``CanalJsonParser(options).parse(KafkaRecord)``.
 
     Returns a list of :class:`ChangeRecord` (one per row of ``data``), or a :class:`ControlRecord`
@@ -139,50 +124,69 @@ class CanalJsonParser(LearningParser):
     """
 
     format_name = FORMAT
+    #: ``es`` and ``id`` are read with the table, before the types; the key before the rows.
+    STEPS = ("table", "position", "column_types", "primary_key", "images")
+    _LEARNT = FormatParser._LEARNT + ("_key_reader",)
 
-    def parse(self, record: KafkaRecord) -> ParseResult:
-        """Parse one Kafka record (see the class docstring for results and errors)."""
-        if not record.value:
-            return ControlRecord("tombstone", FORMAT)
-        msg = load_json(FORMAT, record.value)
-        event = msg.get("type")
-        if not isinstance(event, str) or not event:
+    def _forget(self) -> None:
+        super()._forget()
+        self._key_reader = EnvelopeReader(self.format_name)
+
+    def decode(self, record: KafkaRecord) -> Event:
+        """The flat message, a JSON object."""
+        return Event(record, load_json(FORMAT, record.value))
+
+    def control(self, event: Event) -> Optional[ParseResult]:
+        """DDL (``isDdl``, or a DDL ``type``) but TRUNCATE; else the ``type`` and the names."""
+        msg = event.message
+        kind = msg.get("type")
+        if not isinstance(kind, str) or not kind:
             raise ParseError(FORMAT, "missing operation type", "type")
-        event = event.upper()
-        database, table = msg.get("database") or None, msg.get("table") or None
-        for name, where in ((database, "database"), (table, "table")):
-            if name is not None and not isinstance(name, str):
-                raise ParseError(FORMAT, f"name {name!r} is not text", where)
-        if event != "TRUNCATE" and (msg.get("isDdl") in (True, "true") or event in DDL_TYPES):
+        kind = kind.upper()
+        database = event.database = name_text(FORMAT, msg.get("database") or None, "database")
+        table = event.table = name_text(FORMAT, msg.get("table") or None, "table")
+        if kind != "TRUNCATE" and (msg.get("isDdl") in (True, "true") or kind in DDL_TYPES):
             return ControlRecord("ddl", FORMAT, database, None, table, detail=msg.get("sql"))
-        if event != "TRUNCATE" and event not in ROW_TYPES:
+        if kind != "TRUNCATE" and kind not in ROW_TYPES:
             raise ParseError(
                 FORMAT, f"unknown operation type {msg['type']!r} (expected INSERT, UPDATE, DELETE or DDL)", "type")
-        if not isinstance(table, str):
+        event.op = "truncate" if kind == "TRUNCATE" else ROW_TYPES[kind]
+        return None
+
+    def table(self, event: Event) -> None:
+        """``table`` is required of a row change (``database`` was read with the type)."""
+        if not isinstance(event.table, str):
             raise ParseError(FORMAT, "missing table name", "table")
-        es, msg_id = _element(msg.get("es"), "es"), _element(msg.get("id") or 0, "id")
 
-        mysql_types = msg.get("mysqlType") if isinstance(msg.get("mysqlType"), dict) else {}
-        plan = self.kept((database, table, tuple(mysql_types.items())),
-                         lambda: _TablePlan(self.options, mysql_types, database, table))
-        types, convert = plan.types, plan.convert
-        pk_names = msg.get("pkNames")
-        key = read_key(record.key, self._key_reader)
-        primary_key = resolve_primary_key(
-            FORMAT, plan.key_override,
-            [str(c) for c in pk_names] if isinstance(pk_names, list) else None,
-            list(key[0]) if key else None, required=event != "TRUNCATE")
+    def position(self, event: Event) -> None:
+        """``(es, id)``, completed per row with the row's index; ``es`` is the commit time."""
+        msg = event.message
+        event.ts_ms = element(FORMAT, msg.get("es"), "es")
+        event.position = (event.ts_ms, element(FORMAT, msg.get("id") or 0, "id"))
 
-        def change(op: str, row: int, before: Optional[dict], after: Optional[dict]) -> ChangeRecord:
-            return ChangeRecord(
-                source_format=FORMAT, source_database=database, source_schema=None, source_table=table,
-                op=op, before=before, after=after, primary_key=list(primary_key), column_types=dict(types),
-                source_position=(es, msg_id, row), source_ts_ms=es, row_in_record=row)
+    def column_types(self, event: Event) -> None:
+        """The table plan from ``mysqlType``, kept per table and ``mysqlType``."""
+        mysql_types = event.message.get("mysqlType")
+        mysql_types = mysql_types if isinstance(mysql_types, dict) else {}
+        event.plan = plan = self.kept((event.database, event.table, tuple(mysql_types.items())), _TablePlan,
+                                      self.options, mysql_types, event.database, event.table)
+        event.types, event.convert = plan.types, plan.convert
 
-        if event == "TRUNCATE":
-            return [change("truncate", 0, None, None)]
-        op = ROW_TYPES[event]
+    def primary_key(self, event: Event) -> None:
+        """Configured, else ``pkNames``, else the Kafka key's columns (none needed by a TRUNCATE)."""
+        pk_names = event.message.get("pkNames")
+        event.key = key = read_key(event.record.key, self._key_reader)
+        event.primary_key = resolve_primary_key(
+            FORMAT, event.plan.key_override, [str(c) for c in pk_names] if isinstance(pk_names, list) else None,
+            list(key[0]) if key else None, required=event.op != "truncate")
 
+    def images(self, event: Event) -> None:
+        """``event.rows``: ``(before, after)`` per row of ``data`` (a delete's from ``old`` when
+        ``data`` is null); an update's before image is its row overlaid with its ``old`` row."""
+        op, msg, convert = event.op, event.message, event.convert
+        if op == "truncate":
+            event.rows = [(None, None)]
+            return
         data, old, rows_field = msg.get("data"), msg.get("old"), "data"
         if op == "delete" and data is None and isinstance(old, list):
             data, old, rows_field = old, None, "old"
@@ -191,23 +195,28 @@ class CanalJsonParser(LearningParser):
         if old is not None and not isinstance(old, list):
             raise ParseError(FORMAT, f"expected a list of rows or null, got {type(old).__name__}", "old")
         key_text = None
-        if key and op == "delete":
-            key_text = convert_image(FORMAT, key[0], convert, "key")
-        out = []
+        if event.key and op == "delete":
+            key_text = convert_image(FORMAT, event.key[0], convert, "key")
+        rows = event.rows = []
         for i, row in enumerate(data):
             where = f"{rows_field}[{i}]"
-            if not isinstance(row, dict):
-                raise ParseError(FORMAT, f"row is a JSON {type(row).__name__}, not an object", where)
-            image = convert_image(FORMAT, row, convert, where)
+            image = convert_image(FORMAT, json_object(FORMAT, row, where, "row"), convert, where)
             if op == "insert":
-                out.append(change(op, i, None, image))
+                rows.append((None, image))
             elif op == "update":
                 old_row = old[i] if old and i < len(old) else None
-                if old_row is not None and not isinstance(old_row, dict):
-                    raise ParseError(FORMAT, f"row is a JSON {type(old_row).__name__}, not an object", f"old[{i}]")
-                before = None if old_row is None else convert_image(FORMAT, {**row, **old_row}, convert, f"old[{i}]")
-                out.append(change(op, i, before, image))
+                before = None if old_row is None else convert_image(
+                    FORMAT, {**row, **json_object(FORMAT, old_row, f"old[{i}]", "row")}, convert, f"old[{i}]")
+                rows.append((before, image))
             else:
-                before = key_delete_image(FORMAT, primary_key, image, key_text, where, _DELETE_HINT)
-                out.append(change(op, i, before, None))
-        return out
+                rows.append((key_delete_image(FORMAT, event.primary_key, image, key_text, where, _DELETE_HINT), None))
+
+    def build(self, event: Event) -> list[ChangeRecord]:
+        """One change per row, at position ``(es, id, row index)``."""
+        es, msg_id = event.position
+        database, table, op, primary_key, types = event.database, event.table, event.op, event.primary_key, event.types
+        return [ChangeRecord(
+            source_format=FORMAT, source_database=database, source_schema=None, source_table=table,
+            op=op, before=before, after=after, primary_key=list(primary_key), column_types=dict(types),
+            source_position=(es, msg_id, row), source_ts_ms=es, row_in_record=row)
+            for row, (before, after) in enumerate(event.rows)]

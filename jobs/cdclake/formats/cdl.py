@@ -34,7 +34,7 @@ Position: ``(lsn, TIMESTAMP)`` — CDL orders changes by LSN, then by time; a me
 ``lsn`` property has 0 there. ``tx_seq`` is not carried (None).
 
 Types come from the schema's ``data``/``before`` structs (and ``unique`` for key values), with the
-Kafka Connect mapping of :func:`cdclake.formats.debezium.connect_type` (``int32`` → int,
+Kafka Connect mapping of :func:`cdclake.formats.connect.connect_type` (``int32`` → int,
 ``int64`` → bigint, ``bytes`` → binary (Base64 text), ``org.apache.kafka.connect.data.Timestamp``
 ms → UTC timestamp, ``Date`` days → date ...). CDL's own logical types (``com.<vendor>.cdc.data.*``,
 e.g. ``com.xxx.cdc.data.Decimal``, a decimal sent as a string, or the string ``timestamp``) carry
@@ -43,26 +43,22 @@ no precision: such a column takes its type from ``column_types`` when configured
 them, else it is ``string``; a Decimal's value is checked and written as a plain decimal (no
 exponent) whatever its type.
 
-Options: those of :class:`cdclake.formats._common.SourceOptions` (``primary_key``,
+Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key``,
 ``primary_keys``, ``column_types``); configured types also type the columns of messages sent
 without a schema. Primary key: configured → ``unique`` → Kafka key (a JSON object) → ParseError.
 """
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping, Optional
 
-from cdclake.formats._common import (
-    LearningParser,
-    coerce_text,
-    convert_image,
-    key_delete_image,
-    read_key,
-    resolve_primary_key,
-)
-from cdclake.formats.debezium import connect_text, connect_type
-from cdclake.positions import MAX_ELEMENT, as_element, pg_lsn
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
+from cdclake.formats.base import Event
+from cdclake.formats.connect import ConnectJsonParser, connect_text, connect_type, struct_fields
+from cdclake.formats.fields import element, json_object, table_name
+from cdclake.formats.json_values import read_key
+from cdclake.formats.options import key_delete_image, resolve_primary_key
+from cdclake.formats.text import coerce_text, convert_image, finite_decimal
+from cdclake.positions import MAX_ELEMENT, pg_lsn
+from cdclake.record import ControlRecord, ParseError, ParseResult
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "cdl-json"
@@ -85,7 +81,7 @@ def cdl_type(schema: Mapping[str, Any], configured: Optional[str] = None) -> str
     CDL logical types (:func:`is_cdl_logical`) take ``configured`` (the column's
     ``column_types`` entry) when given; a CDL ``Decimal`` with ``parameters`` (``scale``, and
     ``connect.decimal.precision`` or ``precision``, default 38) is ``decimal(p,s)``; otherwise
-    they are ``string``. Every other schema maps as :func:`cdclake.formats.debezium.connect_type`.
+    they are ``string``. Every other schema maps as :func:`cdclake.formats.connect.connect_type`.
     """
     if not is_cdl_logical(schema):
         return connect_type(schema)
@@ -103,8 +99,8 @@ def cdl_text(value: Any, schema: Mapping[str, Any], ctype: str) -> Optional[str]
 
     A CDL ``Decimal`` must be a decimal number (string or JSON number): it is written without
     exponent (``"1.5E+3"`` → ``1500``) and padded to a configured decimal type's scale. Other CDL
-    logical types are read as ``ctype`` (:func:`cdclake.formats._common.coerce_text`); Connect
-    types as :func:`cdclake.formats.debezium.connect_text`. Raises ``ValueError`` when the value
+    logical types are read as ``ctype`` (:func:`cdclake.formats.text.coerce_text`); Connect
+    types as :func:`cdclake.formats.connect.connect_text`. Raises ``ValueError`` when the value
     does not fit.
     """
     if value is None:
@@ -114,27 +110,9 @@ def cdl_text(value: Any, schema: Mapping[str, Any], ctype: str) -> Optional[str]
     if str(schema.get("name")).endswith(CDL_DECIMAL_SUFFIX):
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ValueError(f"{value!r} is not a decimal number")
-        try:
-            number = Decimal(str(value).strip())
-        except InvalidOperation:
-            raise ValueError(f"{value!r} is not a decimal number") from None
-        if not number.is_finite():
-            raise ValueError(f"{value!r} is not a finite decimal number")
+        number = finite_decimal(value)
         return coerce_text(format(number, "f"), ctype if ctype.startswith("decimal") else "string")
     return coerce_text(value, ctype)
-
-
-def _struct_fields(schema: Optional[Mapping[str, Any]], names: tuple[str, ...]) -> dict[str, dict]:
-    """Column → field schema of the envelope schema's structs named ``names`` (first one wins)."""
-    out: dict[str, dict] = {}
-    env_fields = (schema or {}).get("fields")
-    for env_field in env_fields if isinstance(env_fields, list) else []:
-        if isinstance(env_field, dict) and env_field.get("field") in names:
-            cols = env_field.get("fields")
-            for col in cols if isinstance(cols, list) else []:
-                if isinstance(col, dict) and isinstance(col.get("field"), str):
-                    out.setdefault(col["field"], col)
-    return out
 
 
 def transaction_properties(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,9 +125,7 @@ def transaction_properties(payload: Mapping[str, Any]) -> dict[str, Any]:
     transaction = payload.get("transaction")
     if transaction is None:
         return {}
-    if not isinstance(transaction, dict):
-        raise ParseError(FORMAT, f"transaction is a JSON {type(transaction).__name__}, not an object", "transaction")
-    props = transaction.get("properties")
+    props = json_object(FORMAT, transaction, "transaction").get("properties")
     if props is None:
         return {}
     if isinstance(props, dict):
@@ -186,10 +162,7 @@ def timestamp_ms(payload: Mapping[str, Any]) -> int:
     ts = payload.get("TIMESTAMP")
     if ts is None:
         raise ParseError(FORMAT, "missing change time", "TIMESTAMP")
-    try:
-        return as_element(ts, "TIMESTAMP")
-    except ValueError as exc:
-        raise ParseError(FORMAT, str(exc), "TIMESTAMP") from None
+    return element(FORMAT, ts, "TIMESTAMP")
 
 
 def _heartbeat(payload: Mapping[str, Any]) -> Optional[ControlRecord]:
@@ -206,7 +179,46 @@ def _heartbeat(payload: Mapping[str, Any]) -> Optional[ControlRecord]:
     return None
 
 
-class CdlJsonParser(LearningParser):
+class _Typed:
+    """The column types of one record and its converters.
+
+    ``types``: per column of the ``data``/``before`` structs :func:`cdl_type` (the configured type
+    for CDL logical types), then the configured ``column_types``; :meth:`convert` (column, JSON
+    value → canonical text) and :meth:`convert_key` (the same for ``unique`` and Kafka key values,
+    typed by the ``unique`` struct where the images' structs do not type the column). Raises
+    :class:`ParseError` naming ``schema.<column>`` for an unreadable field schema.
+    """
+
+    def __init__(self, schema: Optional[dict], configured: Mapping[str, str]):
+        self.col_schemas = col_schemas = struct_fields(schema, ("data", "before"))
+        self.unique_schemas = unique_schemas = struct_fields(schema, ("unique",))
+        self.configured = configured
+        self.types: dict[str, str] = {}
+        for col, col_schema in {**unique_schemas, **col_schemas}.items():
+            try:
+                ctype = cdl_type(col_schema, configured.get(col))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ParseError(FORMAT, f"unreadable field schema {col_schema!r}: {exc}", f"schema.{col}") from None
+            if col in col_schemas:
+                self.types[col] = ctype
+        for col, ctype in configured.items():
+            self.types.setdefault(col, ctype)
+
+    def convert(self, col: str, value: Any) -> Optional[str]:
+        """Canonical text of an image value (``ValueError`` when it does not fit)."""
+        if col in self.col_schemas:
+            return cdl_text(value, self.col_schemas[col], self.types[col])
+        return coerce_text(value, self.types[col]) if col in self.types else to_text(value)
+
+    def convert_key(self, col: str, value: Any) -> Optional[str]:
+        """Canonical text of a ``unique`` or Kafka key value (``ValueError`` when it does not fit)."""
+        if col in self.unique_schemas and col not in self.col_schemas:
+            schema = self.unique_schemas[col]
+            return cdl_text(value, schema, cdl_type(schema, self.configured.get(col)))
+        return self.convert(col, value)
+
+
+class CdlJsonParser(ConnectJsonParser):
     """Parser of ``cdl-json`` records: ``CdlJsonParser(options).parse(KafkaRecord)``.
 
     Returns one :class:`ChangeRecord` in a list, or a :class:`ControlRecord` for a Kafka tombstone
@@ -222,15 +234,9 @@ class CdlJsonParser(LearningParser):
 
     format_name = FORMAT
 
-    def parse(self, record: KafkaRecord) -> ParseResult:
-        """Parse one Kafka record (see the class docstring for results and errors)."""
-        if not record.value:
-            return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        payload, schema, _ = self._reader.load(record.value)
-        if payload is None:
-            return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        if not isinstance(payload, dict):
-            raise ParseError(FORMAT, f"payload is a JSON {type(payload).__name__}, not an object", "payload")
+    def control(self, event: Event) -> Optional[ParseResult]:
+        """``message_version`` 1.0 only; heartbeats; else the ``OPERATION``."""
+        payload = event.message
         version = payload.get("message_version")
         if version is not None and str(version) != "1.0":
             if str(version) == "2.0":
@@ -246,76 +252,51 @@ class CdlJsonParser(LearningParser):
         if not isinstance(operation, str) or operation.strip().upper() not in OPS:
             raise ParseError(FORMAT, f"unknown operation {operation!r} (expected INSERT, UPDATE or DELETE)",
                              "OPERATION")
-        return [self._change(record, payload, schema, OPS[operation.strip().upper()])]
+        event.op = OPS[operation.strip().upper()]
+        return None
 
-    def _change(self, record: KafkaRecord, payload: dict, schema: Optional[dict], kind: str) -> ChangeRecord:
-        table = payload.get("TABLE_NAME")
-        if not isinstance(table, str) or not table:
-            raise ParseError(FORMAT, "missing table name", "TABLE_NAME")
-        owner = payload.get("SEG_OWNER")
-        owner = owner if isinstance(owner, str) and owner else None
+    def table(self, event: Event) -> None:
+        """``TABLE_NAME`` and ``SEG_OWNER`` (no database)."""
+        event.table = table_name(FORMAT, event.message.get("TABLE_NAME"), "TABLE_NAME")
+        owner = event.message.get("SEG_OWNER")
+        event.schema_name = owner if isinstance(owner, str) and owner else None
 
-        col_schemas = _struct_fields(schema, ("data", "before"))
-        unique_schemas = _struct_fields(schema, ("unique",))
-        configured = self.options.column_types(None, owner, table)
-        types: dict[str, str] = {}
-        for col, col_schema in {**unique_schemas, **col_schemas}.items():
-            try:
-                ctype = cdl_type(col_schema, configured.get(col))
-            except (ValueError, TypeError, AttributeError) as exc:
-                raise ParseError(FORMAT, f"unreadable field schema {col_schema!r}: {exc}", f"schema.{col}") from None
-            if col in col_schemas:
-                types[col] = ctype
-        for col, ctype in configured.items():
-            types.setdefault(col, ctype)
+    def column_types(self, event: Event) -> None:
+        """The record's types and converters (:class:`_Typed`)."""
+        event.plan = typed = _Typed(event.schema, self.options.column_types(None, event.schema_name, event.table))
+        event.types, event.convert = typed.types, typed.convert
 
-        def convert(col: str, value: Any) -> Optional[str]:
-            if col in col_schemas:
-                return cdl_text(value, col_schemas[col], types[col])
-            return coerce_text(value, types[col]) if col in types else to_text(value)
+    def images(self, event: Event) -> None:
+        """``data`` (after) and ``before``; an insert or update needs ``data``, a delete has none."""
+        op, payload = event.op, event.message
+        event.after = convert_image(FORMAT, payload.get("data"), event.convert, "data")
+        event.before = convert_image(FORMAT, payload.get("before"), event.convert, "before")
+        if op in ("insert", "update") and event.after is None:
+            raise ParseError(FORMAT, f"{op} has no after image", "data")
+        if op == "delete":
+            event.after = None
 
-        def convert_key(col: str, value: Any) -> Optional[str]:
-            if col in unique_schemas and col not in col_schemas:
-                return cdl_text(value, unique_schemas[col], cdl_type(unique_schemas[col], configured.get(col)))
-            return convert(col, value)
-
-        after = convert_image(FORMAT, payload.get("data"), convert, "data")
-        before = convert_image(FORMAT, payload.get("before"), convert, "before")
-        if kind in ("insert", "update") and after is None:
-            raise ParseError(FORMAT, f"{kind} has no after image", "data")
-
-        unique = payload.get("unique")
+    def primary_key(self, event: Event) -> None:
+        """Configured, else ``unique``, else the Kafka key's columns; a delete's key values from
+        its ``before``, ``unique`` or Kafka key."""
+        unique = event.message.get("unique")
         if unique is not None and not isinstance(unique, dict):
             raise ParseError(FORMAT, f"unique is a JSON {type(unique).__name__}, not an object", "unique")
-        key = read_key(record.key, self._key_reader)
-        primary_key = resolve_primary_key(
-            FORMAT, self.options.key_override(None, owner, table), list(unique) if unique else None,
+        key = read_key(event.record.key, self._key_reader)
+        event.primary_key = resolve_primary_key(
+            FORMAT, self.options.key_override(None, event.schema_name, event.table), list(unique) if unique else None,
             list(key[0]) if key else None)
-        if kind == "delete":
+        if event.op == "delete":
+            convert_key = event.plan.convert_key
             key_text = convert_image(FORMAT, unique, convert_key, "unique") if unique else None
             if key:
                 key_text = {**convert_image(FORMAT, key[0], convert_key, "key"), **(key_text or {})}
-            before = key_delete_image(FORMAT, primary_key, before, key_text, "before", _DELETE_HINT)
+            event.before = key_delete_image(FORMAT, event.primary_key, event.before, key_text, "before", _DELETE_HINT)
 
-        props = transaction_properties(payload)
+    def position(self, event: Event) -> None:
+        """``(lsn, TIMESTAMP)`` (:func:`source_position`), ``TIMESTAMP`` and ``txId``."""
+        props = transaction_properties(event.message)
         tx_id = props.get("txId")
-        position = source_position(payload, props)
-        return ChangeRecord(
-            source_format=FORMAT,
-            source_database=None,
-            source_schema=owner,
-            source_table=table,
-            op=kind,
-            before=before,
-            after=after if kind != "delete" else None,
-            primary_key=primary_key,
-            column_types=types,
-            source_position=position,
-            source_ts_ms=position[1],
-            tx_id=None if tx_id is None else str(tx_id),
-        )
-
-
-def _key_detail(key: Optional[bytes]) -> Optional[str]:
-    """The Kafka key as text, for the detail of a tombstone."""
-    return key.decode("utf-8", errors="replace") if key else None
+        event.position = source_position(event.message, props)
+        event.ts_ms = event.position[1]
+        event.tx_id = None if tx_id is None else str(tx_id)

@@ -6,216 +6,44 @@ Implements:
   envelope (``before``, ``after``, ``source``, ``op``, ``ts_ms``, ``transaction``), the ``source``
   block of each connector (``file``/``pos``/``row``; ``lsn``/``sequence``/``txId``; ``scn``;
   ``commit_lsn``/``change_lsn``/``event_serial_no``), transaction metadata events, schema change
-  events, and the Kafka Connect / Debezium logical types.
-- "Lindorm: Debezium Format V2.0": ``source.namespace``, ``"schema": {}``, the column delete (an
-  update whose ``after`` omits a column) and HBase tables (row key ``ROW``, Base64 values).
+  events, and the Kafka Connect / Debezium logical types (:mod:`cdclake.formats.connect`).
+- "Lindorm: Debezium Format V2.0", a declared variant chosen per record by its ``source`` block
+  (:mod:`cdclake.formats.lindorm`): ``source.namespace``, ``"schema": {}``, the column delete and
+  HBase tables.
 - "Huawei MRS CDL JSON and open-source Debezium JSON" (``message_version`` 2.0): ``unique`` gives
   the primary key, ``message_type`` other than ``"0"`` is a heartbeat, ``LOB_COLUMNS`` ignored.
 - Apache Flink's flink-json tests (``debezium-*.txt``) serve as conformance vectors, including
   the PostgreSQL REPLICA IDENTITY DEFAULT case (updates and deletes with ``before: null``).
 
-Options: those of :class:`cdclake.formats._common.SourceOptions` (``primary_key``,
+Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key``,
 ``primary_keys``, ``column_types``); ``column_types`` types the columns of messages sent without
 a schema (numbers given for a ``timestamp`` column are read as epoch milliseconds).
 """
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import json
-from decimal import Decimal
 from typing import Any, Callable, Mapping, Optional
 
-from cdclake.formats._common import (
-    ABSENT,
-    LearningParser,
-    SourceOptions,
-    coerce_text,
-    convert_image,
-    epoch_timestamp,
-    key_delete_image,
-    read_key,
-    resolve_primary_key,
-    text_converter,
-)
-from cdclake.positions import as_element, binlog_file_number, optional_int, pg_lsn
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
-from cdclake.types import decimal_precision_scale, normalize_type, to_text
+from cdclake.formats.base import Event
+from cdclake.formats.connect import (TOAST_PLACEHOLDERS, ConnectJsonParser, connect_converter, connect_text,
+                                     connect_type, key_fields, struct_fields)
+from cdclake.formats.fields import element, kafka_key_text, name_text, optional_element, table_name
+from cdclake.formats.json_values import read_key
+from cdclake.formats.lindorm import LINDORM, is_lindorm
+from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
+from cdclake.formats.text import ABSENT, coerce_text, convert_image, text_converter
+from cdclake.positions import binlog_file_number, pg_lsn
+from cdclake.record import ControlRecord, ParseError, ParseResult
+from cdclake.types import to_text
 
 FORMAT = "debezium-json"
 OPS = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot", "t": "truncate"}
 
-EPOCH = dt.datetime(1970, 1, 1)
-#: PostgreSQL TOAST placeholder (``unavailable.value.placeholder``), as text and as Base64 bytes.
-TOAST_PLACEHOLDERS = ("__debezium_unavailable_value", base64.b64encode(b"__debezium_unavailable_value").decode())
-
-DECIMAL = "org.apache.kafka.connect.data.Decimal"
-VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-CONNECT_TYPES = {
-    "int8": "smallint", "int16": "smallint", "int32": "int", "int64": "bigint",
-    "float32": "float", "float": "float", "float64": "double", "double": "double",
-    "boolean": "boolean", "string": "string", "bytes": "binary",
-}
-#: Epoch-based timestamp logical types → units per second.
-TIMESTAMP_UNITS = {
-    "org.apache.kafka.connect.data.Timestamp": 1000, "io.debezium.time.Timestamp": 1000,
-    "io.debezium.time.MicroTimestamp": 10**6, "io.debezium.time.NanoTimestamp": 10**9,
-}
-#: Time-of-day logical types → units per second (rendered ``HH:MM:SS.ffffff``, typed string).
-TIME_UNITS = {
-    "org.apache.kafka.connect.data.Time": 1000, "io.debezium.time.Time": 1000,
-    "io.debezium.time.MicroTime": 10**6, "io.debezium.time.NanoTime": 10**9,
-}
-LOGICAL_TYPES = {
-    **{name: "timestamp" for name in TIMESTAMP_UNITS},
-    **{name: "string" for name in TIME_UNITS},
-    "io.debezium.time.ZonedTimestamp": "timestamp", "io.debezium.time.IsoTimestamp": "timestamp",
-    "org.apache.kafka.connect.data.Date": "date", "io.debezium.time.Date": "date", "io.debezium.time.IsoDate": "date",
-    VARIABLE_SCALE_DECIMAL: "string",
-    "io.debezium.time.ZonedTime": "string", "io.debezium.time.IsoTime": "string",
-    "io.debezium.data.Json": "string", "io.debezium.data.Uuid": "string", "io.debezium.data.Enum": "string",
-    "io.debezium.data.EnumSet": "string", "io.debezium.data.Xml": "string",
-}
 _HEARTBEAT_FIELDS = {"ts_ms", "serverName", "HEARTBEAT_IDENTIFIER", "message_type", "message_version"}
 _DDL_FIELDS = ("ddl", "tableChanges", "historyRecord")
 _DELETE_HINT = "send Kafka keys holding the key columns"
 _DELETE_HINT_PG = "set REPLICA IDENTITY FULL on the PostgreSQL table or send Kafka keys"
-
-
-def connect_type(schema: Mapping[str, Any]) -> str:
-    """Canonical type of one Kafka Connect field schema (``{"type", "name", "parameters"}``).
-
-    ``int8``/``int16`` → smallint, ``int32`` → int, ``int64`` → bigint, ``float32`` → float,
-    ``float64`` → double, ``bytes`` → binary; Connect ``Decimal`` → ``decimal(p,s)`` (precision
-    from ``connect.decimal.precision``, default 38); temporal logical types → date / timestamp /
-    string; anything else (struct, array, map, unknown names) → string. Raises ``ValueError``
-    when a ``Decimal``'s parameters are not an object or name no valid decimal type.
-    """
-    name = schema.get("name")
-    if name == DECIMAL:
-        params = connect_parameters(schema)
-        return normalize_type(f"decimal({params.get('connect.decimal.precision', 38)},{params.get('scale', 0)})")
-    return LOGICAL_TYPES.get(name) or CONNECT_TYPES.get(schema.get("type"), "string")
-
-
-def connect_parameters(schema: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``parameters`` of a Connect field schema (``{}`` when absent or null).
-
-    Raises ``ValueError`` when they are not a JSON object.
-    """
-    params = schema.get("parameters")
-    if params is None:
-        return {}
-    if not isinstance(params, Mapping):
-        raise ValueError(f"parameters {params!r} are not an object")
-    return params
-
-
-def decode_decimal(value: Any, scale: int) -> Decimal:
-    """A Connect ``Decimal``: Base64 of the big-endian two's-complement unscaled integer, times
-    10**-scale (``"MDk="``, scale 2 → 123.45). Numbers (``decimal.format=NUMERIC``) pass through.
-
-    Raises ``ValueError`` for text that is not Base64.
-    """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Decimal(str(value))
-    unscaled = int.from_bytes(base64.b64decode(str(value), validate=True), "big", signed=True)
-    return Decimal(unscaled).scaleb(-int(scale))
-
-
-def time_text(amount: int, per_second: int) -> str:
-    """A time of day given in units since midnight as ``HH:MM:SS.ffffff`` (hours not wrapped)."""
-    micros = amount * 10**6 // per_second
-    hours, rest = divmod(micros, 3600 * 10**6)
-    minutes, rest = divmod(rest, 60 * 10**6)
-    seconds, micros = divmod(rest, 10**6)
-    return f"{hours:02d}:{minutes:02d}:{seconds:02d}.{micros:06d}"
-
-
-def connect_text(value: Any, schema: Mapping[str, Any]) -> Optional[str]:
-    """Canonical text of a JSON value described by a Connect field schema (see :func:`connect_type`).
-
-    Timestamps become UTC ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (``ZonedTimestamp`` converted from its
-    offset), dates ``YYYY-MM-DD``, times ``HH:MM:SS.ffffff``, decimals plain digits. Raises
-    ``ValueError`` when the value does not match its schema.
-    """
-    if value is None:
-        return None
-    name = schema.get("name")
-    ctype = connect_type(schema)
-    if name == DECIMAL:
-        scale = int(connect_parameters(schema).get("scale", 0))
-        return coerce_text(format(decode_decimal(value, scale), "f"), ctype)
-    if name == VARIABLE_SCALE_DECIMAL and isinstance(value, dict):
-        return to_text(decode_decimal(value.get("value"), int(value.get("scale") or 0)))
-    if name in TIMESTAMP_UNITS and isinstance(value, int):
-        return to_text(epoch_timestamp(value, TIMESTAMP_UNITS[name]))
-    if name in TIME_UNITS and isinstance(value, int):
-        return time_text(value, TIME_UNITS[name])
-    return coerce_text(value, ctype)
-
-
-_DIRECT_LIMIT = 10**28
-
-
-def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str]]:
-    """:func:`connect_text` for one field schema as a function of the value:
-    ``connect_converter(s)(v) == connect_text(v, s)`` for every value, errors included.
-
-    The schema is read once, when the function is made (it must not change afterwards): the
-    values a connector sends for it (Base64 text for ``Decimal``, integers for the epoch-based
-    temporal types, what :func:`cdclake.formats._common.text_converter` reads directly for the
-    others) take a direct path, anything else goes through :func:`connect_text`.
-    """
-    try:
-        name = schema.get("name")
-        text = text_converter(connect_type(schema))
-        scale = int(connect_parameters(schema).get("scale", 0)) if name == DECIMAL else 0
-    except Exception:  # connect_text raises what this schema makes it raise, value by value
-        return lambda v: connect_text(v, schema)
-    if name == DECIMAL:
-        # digits written directly when the column's type keeps the message's scale and the value
-        # fits Python's default decimal precision (28 digits), where Decimal.scaleb is exact
-        typed = decimal_precision_scale(connect_type(schema))
-        direct = typed is not None and typed[1] == scale >= 0
-        unit = 10 ** scale if direct else 1  # a scale past the type's (up to 38) never takes the direct path
-
-        def decimal(v: Any) -> Optional[str]:
-            if type(v) is str:
-                try:
-                    unscaled = int.from_bytes(base64.b64decode(v, validate=True), "big", signed=True)
-                except ValueError:
-                    return connect_text(v, schema)
-                if direct and -_DIRECT_LIMIT < unscaled < _DIRECT_LIMIT:
-                    if not scale:
-                        return str(unscaled)
-                    whole, fraction = divmod(abs(unscaled), unit)
-                    return f"{'-' if unscaled < 0 else ''}{whole}.{fraction:0{scale}d}"
-                return text(format(Decimal(unscaled).scaleb(-scale), "f"))
-            return connect_text(v, schema)
-        return decimal
-    if name in TIMESTAMP_UNITS:
-        units = TIMESTAMP_UNITS[name]
-
-        def timestamp(v: Any) -> Optional[str]:
-            if type(v) is int:
-                try:
-                    return (EPOCH + dt.timedelta(microseconds=v * 10**6 // units)).isoformat(sep=" ")
-                except (ValueError, TypeError, ArithmeticError):
-                    pass
-            return connect_text(v, schema)
-        return timestamp
-    if name in TIME_UNITS:
-        units = TIME_UNITS[name]
-        return lambda v: time_text(v, units) if type(v) is int else connect_text(v, schema)
-    if name == VARIABLE_SCALE_DECIMAL:
-        return lambda v: connect_text(v, schema)
-    return text
-
-
-def _is_toast(value: Any) -> bool:
-    """Whether ``value`` is PostgreSQL's TOAST placeholder (a column the connector did not send)."""
-    return value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value)
+_POSITION = "cannot read position: "
 
 
 class _TablePlan:
@@ -229,7 +57,7 @@ class _TablePlan:
 
     def __init__(self, options: SourceOptions, schema: Optional[dict], database: Optional[str],
                  schema_name: Optional[str], table: str):
-        self.col_schemas = _image_schemas(schema)
+        self.col_schemas = struct_fields(schema, ("before", "after"), strict=False)
         self.types = {col: connect_type(s) for col, s in self.col_schemas.items()}
         for col, ctype in options.column_types(database, schema_name, table).items():
             self.types.setdefault(col, ctype)
@@ -248,26 +76,48 @@ class _TablePlan:
             else:
                 conv = to_text
             self._converters[col] = conv
-        # _is_toast, inline: this runs for every value
+        # connect.is_toast, inline: this runs for every value
         if value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value):
             return ABSENT
         return conv(value)
 
 
-def _image_schemas(schema: Optional[dict]) -> dict[str, dict]:
-    """Column → field schema from an envelope schema's ``before``/``after`` structs (union)."""
-    out: dict[str, dict] = {}
-    for env_field in (schema or {}).get("fields") or []:
-        if isinstance(env_field, dict) and env_field.get("field") in ("before", "after"):
-            for col in env_field.get("fields") or []:
-                if isinstance(col, dict) and col.get("field") is not None:
-                    out.setdefault(col["field"], col)
-    return out
+class DebeziumVariant:
+    """How a record of Debezium's own connectors is read; :data:`cdclake.formats.lindorm.LINDORM`
+    is the other variant, with the same members.
+
+    - ``schema_field``: the ``source`` member holding the schema name.
+    - ``typed(plan, raw before, raw after)``: ``(column types, converter, carried key)``: the
+      plan's (a copy of its types) and no carried key.
+    - ``complete_after(op, after image, raw before, raw after)``: nothing to complete.
+    """
+
+    schema_field = "schema"
+
+    @staticmethod
+    def typed(plan: _TablePlan, raw_before: Any, raw_after: Any) -> tuple[dict, Callable[[str, Any], Any], None]:
+        """The plan's types (a copy) and converter; no carried key."""
+        return dict(plan.types), plan.convert, None
+
+    @staticmethod
+    def complete_after(op: str, after: Optional[dict], raw_before: Any, raw_after: Any) -> None:
+        """Nothing: Debezium's after image is whole."""
 
 
-def _key_schemas(schema: Optional[dict]) -> dict[str, dict]:
-    """Column → field schema of a Kafka key's struct schema."""
-    return {f["field"]: f for f in (schema or {}).get("fields") or [] if isinstance(f, dict) and "field" in f}
+DEBEZIUM = DebeziumVariant()
+
+
+_BINLOG_NUMBERS: dict[str, int] = {}
+
+
+def _binlog_number(name: str) -> int:
+    """:func:`cdclake.positions.binlog_file_number`, kept per file name (a few thousand at most)."""
+    number = _BINLOG_NUMBERS.get(name)
+    if number is None:
+        number = binlog_file_number(name)
+        if len(_BINLOG_NUMBERS) < 4096:
+            _BINLOG_NUMBERS[name] = number
+    return number
 
 
 def _sqlserver_lsn(value: Any) -> int:
@@ -275,10 +125,6 @@ def _sqlserver_lsn(value: Any) -> int:
     if value is None:
         return 0
     return int(str(value).replace(":", ""), 16)
-
-
-def _element(value: Any, what: str) -> int:
-    return 0 if value is None else as_element(value, what)
 
 
 def source_position(source: Mapping[str, Any], payload: Mapping[str, Any]) -> tuple[int, ...]:
@@ -292,7 +138,8 @@ def source_position(source: Mapping[str, Any], payload: Mapping[str, Any]) -> tu
     - Oracle: ``(scn,)``.
     - Lindorm and others: ``(source.ts_ms,)``, else ``(payload ts_ms,)``, else ``()``.
 
-    Raises :class:`ParseError` naming the ``source`` field that cannot be read.
+    Null ``pos``, ``row``, ``event_serial_no`` and ``scn`` count as 0. Raises :class:`ParseError`
+    naming the ``source`` field that cannot be read.
     """
     connector = str(source.get("connector") or "").lower()
     where = "source"
@@ -302,15 +149,14 @@ def source_position(source: Mapping[str, Any], payload: Mapping[str, Any]) -> tu
             commit = _sqlserver_lsn(source.get("commit_lsn"))
             where = "source.change_lsn"
             change = _sqlserver_lsn(source.get("change_lsn"))
-            where = "source.event_serial_no"
-            return commit, change, _element(source.get("event_serial_no"), where)
+            return commit, change, element(FORMAT, source.get("event_serial_no"), "source.event_serial_no", null=0,
+                                           prefix=_POSITION)
         if connector == "mysql" or "file" in source:
             where = "source.file"
-            number = binlog_file_number(source["file"]) if source.get("file") else 0
-            where = "source.pos"
-            pos = _element(source.get("pos"), where)
-            where = "source.row"
-            return number, pos, _element(source.get("row"), where)
+            file = source.get("file")
+            number = (_binlog_number(file) if type(file) is str else binlog_file_number(file)) if file else 0
+            return (number, element(FORMAT, source.get("pos"), "source.pos", null=0, prefix=_POSITION),
+                    element(FORMAT, source.get("row"), "source.row", null=0, prefix=_POSITION))
         if connector in ("postgresql", "postgres") or "lsn" in source:
             where = "source.sequence"
             seq = source.get("sequence")
@@ -324,23 +170,24 @@ def source_position(source: Mapping[str, Any], payload: Mapping[str, Any]) -> tu
             lsn = pg_lsn(source["lsn"]) if source.get("lsn") is not None else 0
             return lsn, lsn
         if connector == "oracle" or "scn" in source:
-            where = "source.scn"
-            return (_element(source.get("scn"), where),)
-        where = "source.ts_ms"
+            return (element(FORMAT, source.get("scn"), "source.scn", null=0, prefix=_POSITION),)
         ts = source.get("ts_ms") if source.get("ts_ms") is not None else payload.get("ts_ms")
-        return (as_element(ts, "ts_ms"),) if ts is not None else ()
+        return (element(FORMAT, ts, "source.ts_ms", what="ts_ms", prefix=_POSITION),) if ts is not None else ()
+    except ParseError:
+        raise
     except (ValueError, TypeError) as exc:
-        raise ParseError(FORMAT, f"cannot read position: {exc}", where) from None
+        raise ParseError(FORMAT, f"{_POSITION}{exc}", where) from None
 
 
 def _control(payload: Mapping[str, Any], source: Mapping[str, Any]) -> Optional[ControlRecord]:
     """The control record a payload stands for (heartbeat, transaction, DDL), or None."""
-    names = dict(source_database=source.get("db"), source_schema=source.get("schema"), source_table=source.get("table"))
     message_type = payload.get("message_type")
-    if message_type is not None and str(message_type) != "0":
-        return ControlRecord("heartbeat", FORMAT, **names, detail=f"message_type {message_type}")
-    if "op" in payload:
+    heartbeat = message_type is not None and str(message_type) != "0"
+    if not heartbeat and "op" in payload:
         return None
+    names = dict(source_database=source.get("db"), source_schema=source.get("schema"), source_table=source.get("table"))
+    if heartbeat:
+        return ControlRecord("heartbeat", FORMAT, **names, detail=f"message_type {message_type}")
     if payload.get("status") in ("BEGIN", "END"):
         return ControlRecord("transaction", FORMAT, **names, detail=f"{payload['status']} {payload.get('id')}")
     if any(k in payload for k in _DDL_FIELDS):
@@ -353,7 +200,14 @@ def _control(payload: Mapping[str, Any], source: Mapping[str, Any]) -> Optional[
     return None
 
 
-class DebeziumJsonParser(LearningParser):
+def _key_value_text(col: str, value: Any, key_schemas: dict, types: dict) -> Optional[str]:
+    """A Kafka key value typed by the key's own schema, else the value's (see :func:`kafka_key_text`)."""
+    if col in key_schemas:
+        return connect_text(value, key_schemas[col])
+    return coerce_text(value, types[col]) if col in types else to_text(value)
+
+
+class DebeziumJsonParser(ConnectJsonParser):
     """Parser of ``debezium-json`` records: ``DebeziumJsonParser(options).parse(KafkaRecord)``.
 
     Returns one :class:`ChangeRecord` in a list, or a :class:`ControlRecord` for a tombstone
@@ -361,22 +215,21 @@ class DebeziumJsonParser(LearningParser):
     an ``op: "m"`` message (``metadata``). Raises :class:`ParseError` for unreadable JSON, a
     missing or unknown ``op`` (field ``op``), a missing ``source.table``, a value that does not
     fit its schema, no resolvable primary key (field ``primary_key``), or a delete whose key
-    cannot be found in its ``before`` image nor in the Kafka key (field ``before``).
+    cannot be found in its ``before`` image nor in the Kafka key (field ``before``). Each record
+    is read as its :class:`DebeziumVariant`: Lindorm's (:mod:`cdclake.formats.lindorm`) or
+    Debezium's own.
     """
 
     format_name = FORMAT
 
-    def parse(self, record: KafkaRecord) -> ParseResult:
-        """Parse one Kafka record (see the class docstring for results and errors)."""
-        if not record.value:
-            return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        payload, schema, envelope = self._reader.load(record.value)
-        if payload is None:
-            return ControlRecord("tombstone", FORMAT, detail=_key_detail(record.key))
-        if not isinstance(payload, dict):
-            raise ParseError(FORMAT, f"payload is a JSON {type(payload).__name__}, not an object", "payload")
+    def source_block(self, payload: dict) -> dict:
+        """The ``source`` block (``{}`` when it is not an object)."""
         source = payload.get("source")
-        source = source if isinstance(source, dict) else {}
+        return source if isinstance(source, dict) else {}
+
+    def control(self, event: Event) -> Optional[ParseResult]:
+        """Heartbeats, transaction events, schema changes and ``op: "m"``; else the ``op``."""
+        payload, source = event.message, event.source
         control = _control(payload, source)
         if control is not None:
             return control
@@ -390,103 +243,69 @@ class DebeziumJsonParser(LearningParser):
             return ControlRecord("metadata", FORMAT, source.get("db"), source.get("schema"), source.get("table"))
         if not isinstance(op, str) or op not in OPS:
             raise ParseError(FORMAT, f"unknown operation {op!r} (expected one of c, u, d, r, t, m)", "op")
-        return [self._change(record, payload, schema, envelope, source, OPS[op])]
+        event.op = OPS[op]
+        event.variant = LINDORM if is_lindorm(source) else DEBEZIUM
+        return None
 
-    def _change(
-        self, record: KafkaRecord, payload: dict, schema: Optional[dict], envelope: Optional[int], source: dict,
-        kind: str
-    ) -> ChangeRecord:
-        table = source.get("table")
-        if not isinstance(table, str) or not table:
-            raise ParseError(FORMAT, "missing table name", "source.table")
-        database = source.get("db")
-        lindorm = "namespace" in source and "connector" not in source
-        schema_name = source.get("namespace") if lindorm else source.get("schema")
-        for name, where in ((database, "source.db"), (schema_name, "source.namespace" if lindorm else "source.schema")):
-            if name is not None and not isinstance(name, str):
-                raise ParseError(FORMAT, f"name {name!r} is not text", where)
-        raw_before, raw_after = payload.get("before"), payload.get("after")
-        hbase = lindorm and any(isinstance(img, dict) and "ROW" in img for img in (raw_before, raw_after))
+    def table(self, event: Event) -> None:
+        """``source.table``, ``source.db`` and the variant's schema member."""
+        source, field = event.source, event.variant.schema_field
+        event.table = table_name(FORMAT, source.get("table"), "source.table")
+        event.database = name_text(FORMAT, source.get("db"), "source.db")
+        event.schema_name = name_text(FORMAT, source.get(field), f"source.{field}")
 
-        # kept per envelope and table (messages without a schema: per table)
+    def column_types(self, event: Event) -> None:
+        """The table plan, kept per envelope and table (messages without a schema: per table)."""
+        schema, envelope, payload = event.schema, event.envelope, event.message
+        key = None if envelope is None and schema is not None else (envelope, event.database, event.schema_name,
+                                                                     event.table)
         try:
-            plan = self.kept(None if envelope is None and schema is not None else (envelope, database, schema_name, table),
-                             lambda: _TablePlan(self.options, schema, database, schema_name, table))
+            event.plan = self.kept(key, _TablePlan, self.options, schema, event.database, event.schema_name,
+                                   event.table)
         except (TypeError, AttributeError, ValueError) as exc:  # fields, names or parameters of the wrong JSON type
             raise ParseError(FORMAT, f"not a Kafka Connect struct schema ({type(exc).__name__}: {exc})",
                              "schema") from None
-        col_schemas, types, convert = plan.col_schemas, plan.types, plan.convert
-        if hbase:
-            types = {col: "binary" for img in (raw_before, raw_after) if isinstance(img, dict) for col in img}
-            binary = text_converter("binary")
-            convert = lambda col, value: ABSENT if _is_toast(value) else binary(value)  # noqa: E731  (HBase: all bytes)
+        event.types, event.convert, event.carried_key = event.variant.typed(
+            event.plan, payload.get("before"), payload.get("after"))
 
-        before = convert_image(FORMAT, raw_before, convert, "before")
-        after = convert_image(FORMAT, raw_after, convert, "after")
-        if lindorm and kind == "update" and isinstance(raw_before, dict) and isinstance(raw_after, dict):
-            after.update({col: None for col in raw_before if col not in raw_after})
-        if kind in ("insert", "snapshot", "update") and after is None:
-            raise ParseError(FORMAT, f"{kind} has no after image", "after")
+    def images(self, event: Event) -> None:
+        """``before`` and ``after``; an insert, snapshot read or update needs ``after``."""
+        raw_before, raw_after, op = event.message.get("before"), event.message.get("after"), event.op
+        event.before = convert_image(FORMAT, raw_before, event.convert, "before")
+        event.after = after = convert_image(FORMAT, raw_after, event.convert, "after")
+        event.variant.complete_after(op, after, raw_before, raw_after)
+        if op in ("insert", "snapshot", "update") and after is None:
+            raise ParseError(FORMAT, f"{op} has no after image", "after")
 
-        key = read_key(record.key, self._key_reader)
-        unique = payload.get("unique")
-        carried = ["ROW"] if hbase else (list(unique) if isinstance(unique, dict) and unique else None)
-        primary_key = resolve_primary_key(
-            FORMAT, plan.key_override, carried,
-            list(key[0]) if key else None, required=kind != "truncate")
-        if kind == "delete":
-            before = key_delete_image(FORMAT, primary_key, before, _key_text(key, col_schemas, types),
-                                      "before", _DELETE_HINT_PG if "lsn" in source else _DELETE_HINT)
-        if kind == "truncate":
-            before = after = None
+    def primary_key(self, event: Event) -> None:
+        """Configured, else carried (HBase ``ROW``, ``unique``), else the Kafka key's columns."""
+        key = read_key(event.record.key, self._key_reader)
+        carried = event.carried_key
+        if carried is None:
+            unique = event.message.get("unique")
+            carried = list(unique) if isinstance(unique, dict) and unique else None
+        op = event.op
+        event.primary_key = resolve_primary_key(
+            FORMAT, event.plan.key_override, carried, list(key[0]) if key else None, required=op != "truncate")
+        if op == "delete":
+            key_text = None
+            if key:
+                values, schema = key
+                key_text = kafka_key_text(FORMAT, values, _key_value_text,
+                                          key_fields(schema, strict=False) or event.plan.col_schemas, event.types)
+            event.before = key_delete_image(FORMAT, event.primary_key, event.before, key_text, "before",
+                                            _DELETE_HINT_PG if "lsn" in event.source else _DELETE_HINT)
+        elif op == "truncate":
+            event.before = event.after = None
 
+    def position(self, event: Event) -> None:
+        """The ``source`` block's position, ``ts_ms`` and transaction."""
+        source, payload = event.source, event.message
         transaction = payload.get("transaction") if isinstance(payload.get("transaction"), dict) else {}
         tx_ids = (source.get("txId"), transaction.get("id"), source.get("gtid"))
         tx_id = next((v for v in tx_ids if v is not None), None)
         ts = source.get("ts_ms") if source.get("ts_ms") is not None else payload.get("ts_ms")
-        return ChangeRecord(
-            source_format=FORMAT,
-            source_database=database,
-            source_schema=schema_name,
-            source_table=table,
-            op=kind,
-            before=before,
-            after=after,
-            primary_key=primary_key,
-            column_types=dict(types),
-            source_position=source_position(source, payload),
-            source_ts_ms=_int_field(ts, "source.ts_ms"),
-            tx_id=None if tx_id is None else str(tx_id),
-            tx_seq=_int_field(transaction.get("total_order"), "transaction.total_order"),
-        )
-
-
-def _key_text(key: Optional[tuple[dict, Optional[dict]]], col_schemas: dict, types: dict) -> Optional[dict]:
-    """Canonical text of the Kafka key's values, typed by the key's own schema, else the value's."""
-    if not key:
-        return None
-    values, schema = key
-    key_schemas = _key_schemas(schema) or col_schemas
-    out = {}
-    for col, value in values.items():
-        try:
-            if col in key_schemas:
-                out[col] = connect_text(value, key_schemas[col])
-            else:
-                out[col] = coerce_text(value, types[col]) if col in types else to_text(value)
-        except (ValueError, TypeError, ArithmeticError) as exc:
-            raise ParseError(FORMAT, f"cannot read Kafka key value {value!r}: {exc}", f"key.{col}") from None
-    return out
-
-
-def _int_field(value: Any, field_name: str) -> Optional[int]:
-    """An optional non-negative integer field; :class:`ParseError` naming the field otherwise."""
-    try:
-        return optional_int(value)
-    except ValueError as exc:
-        raise ParseError(FORMAT, str(exc), field_name) from None
-
-
-def _key_detail(key: Optional[bytes]) -> Optional[str]:
-    """The Kafka key as text, for the detail of a tombstone."""
-    return key.decode("utf-8", errors="replace") if key else None
+        event.position = source_position(source, payload)
+        event.ts_ms = optional_element(FORMAT, ts, "source.ts_ms")
+        event.tx_id = None if tx_id is None else str(tx_id)
+        event.tx_seq = optional_element(FORMAT, transaction.get("total_order"), "transaction.total_order")

@@ -49,29 +49,22 @@ neither ``seq`` nor ``idx`` is sent). SharePlex can be set to send fewer ``meta`
 ``scn`` the position is ``()`` and changes keep their Kafka order (partition, offset) only, which
 is right for a single-partition topic.
 
-Options: those of :class:`cdclake.formats._common.SourceOptions` (``primary_key``,
+Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key``,
 ``primary_keys``, ``column_types``). Configured ``timestamp`` columns read SharePlex's
 ``2024-05-24T15:58:48.000000000`` text (nanoseconds truncated to µs); ``binary`` columns are read
 as Base64 text.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import re
 from typing import Any, Mapping, Optional
 
-from cdclake.formats._common import (
-    SourceOptions,
-    coerce_text,
-    convert_image,
-    key_delete_image,
-    load_json,
-    parse_timestamp,
-    read_key,
-    resolve_primary_key,
-)
-from cdclake.positions import as_element
-from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
+from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
+from cdclake.formats.fields import element, json_object
+from cdclake.formats.json_values import load_json, read_key
+from cdclake.formats.options import key_delete_image, resolve_primary_key
+from cdclake.formats.text import convert_image, parse_timestamp, utc_ms
+from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "shareplex-json"
@@ -84,7 +77,6 @@ OPS = {
 }
 CONTROL_OPS = {"DROP COLUMN": "ddl", "UPDATE BEFORE": "metadata"}
 _IDX_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-_EPOCH = _dt.datetime(1970, 1, 1)
 _DELETE_HINT = "the deleted row does not carry them; check the configured primary_key"
 
 
@@ -129,7 +121,8 @@ def meta_idx(meta: Mapping[str, Any]) -> tuple[Optional[int], Optional[int]]:
     """``(seq, size)`` of an operation: ``meta.seq``/``meta.size``, else the parts of ``meta.idx``
     (``"1/11"`` → ``(1, 11)``); None where unknown. Raises :class:`ParseError` naming the field
     that is not a non-negative integer (or, for ``idx``, not ``seq/size``)."""
-    seq, size = _opt_int(meta, "seq"), _opt_int(meta, "size")
+    seq = element(FORMAT, meta.get("seq"), "meta.seq", null=None)
+    size = element(FORMAT, meta.get("size"), "meta.size", null=None)
     idx = meta.get("idx")
     if idx is not None and (seq is None or size is None):
         m = _IDX_RE.match(str(idx)) if isinstance(idx, str) else None
@@ -138,16 +131,6 @@ def meta_idx(meta: Mapping[str, Any]) -> tuple[Optional[int], Optional[int]]:
         seq = int(m.group(1)) if seq is None else seq
         size = int(m.group(2)) if size is None else size
     return seq, size
-
-
-def _opt_int(meta: Mapping[str, Any], name: str) -> Optional[int]:
-    value = meta.get(name)
-    if value is None:
-        return None
-    try:
-        return as_element(value, f"meta.{name}")
-    except ValueError as exc:
-        raise ParseError(FORMAT, str(exc), f"meta.{name}") from None
 
 
 def commit_ms(meta: Mapping[str, Any]) -> Optional[int]:
@@ -164,8 +147,7 @@ def commit_ms(meta: Mapping[str, Any]) -> Optional[int]:
             raise ValueError(f"{text!r} is a zero date")
     except ValueError as exc:
         raise ParseError(FORMAT, f"cannot read commit time: {exc}", "meta.time") from None
-    delta = value - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return utc_ms(value)
 
 
 def source_position(meta: Mapping[str, Any]) -> tuple[int, ...]:
@@ -175,10 +157,7 @@ def source_position(meta: Mapping[str, Any]) -> tuple[int, ...]:
     scn = meta.get("scn")
     if scn is None:
         return ()
-    try:
-        scn_value = as_element(scn, "scn")
-    except ValueError as exc:
-        raise ParseError(FORMAT, str(exc), "meta.scn") from None
+    scn_value = element(FORMAT, scn, "meta.scn", what="scn")
     seq, _ = meta_idx(meta)
     return scn_value, seq or 0
 
@@ -190,15 +169,10 @@ def _op_name(op: Any) -> str:
 
 
 def _meta(msg: Mapping[str, Any]) -> dict:
-    meta = msg.get("meta")
-    if meta is None:
-        raise ParseError(FORMAT, "missing meta block", "meta")
-    if not isinstance(meta, dict):
-        raise ParseError(FORMAT, f"meta is a JSON {type(meta).__name__}, not an object", "meta")
-    return meta
+    return json_object(FORMAT, msg.get("meta"), "meta", missing="missing meta block")
 
 
-class ShareplexJsonParser:
+class ShareplexJsonParser(FormatParser):
     """Parser of ``shareplex-json`` records: ``ShareplexJsonParser(options).parse(KafkaRecord)``.
 
     Returns one :class:`ChangeRecord` in a list, or a :class:`ControlRecord`: ``tombstone`` for an
@@ -215,25 +189,27 @@ class ShareplexJsonParser:
     """
 
     format_name = FORMAT
+    #: The table is read with the operation (control records carry it too).
+    STEPS = ("column_types", "images", "primary_key", "position")
 
-    def __init__(self, options: Optional[Mapping[str, Any]] = None):
-        self.options = SourceOptions(options or {})
-
-    def parse(self, record: KafkaRecord) -> ParseResult:
-        """Parse one Kafka record (see the class docstring for results and errors)."""
-        if not record.value:
-            return ControlRecord("tombstone", FORMAT)
+    def decode(self, record: KafkaRecord) -> Event:
+        """The operation, a JSON object, with its ``meta`` block (required)."""
         msg = load_json(FORMAT, record.value)
-        meta = _meta(msg)
+        return Event(record, msg, source=_meta(msg))
+
+    def control(self, event: Event) -> Optional[ParseResult]:
+        """``meta.op`` and ``meta.table``; ``DROP COLUMN`` and ``UPDATE BEFORE`` are control records."""
+        meta, msg = event.source, event.message
         op_name = _op_name(meta.get("op"))
         if op_name not in OPS and op_name not in CONTROL_OPS:
             raise ParseError(FORMAT, f"unknown operation {meta.get('op')!r} (expected ins, upd, del, INSERT, "
                              "UPDATE, DELETE, TRUNCATE, DROP COLUMN, UPDATE BEFORE or UPDATE AFTER)", "meta.op")
-        schema, table = self._table(meta)
+        event.schema_name, event.table = self._table(meta)
         if op_name in CONTROL_OPS:
             detail = op_name if msg.get("data") is None else f"{op_name} {to_text(msg.get('data'))}"
-            return ControlRecord(CONTROL_OPS[op_name], FORMAT, None, schema, table, detail=detail)
-        return [self._change(record, msg, meta, OPS[op_name], schema, table)]
+            return ControlRecord(CONTROL_OPS[op_name], FORMAT, None, event.schema_name, event.table, detail=detail)
+        event.op = OPS[op_name]
+        return None
 
     @staticmethod
     def _table(meta: Mapping[str, Any]) -> tuple[Optional[str], str]:
@@ -253,30 +229,38 @@ class ShareplexJsonParser:
             return None
         return meta_idx(_meta(load_json(FORMAT, record.value)))[1]
 
-    def _change(self, record: KafkaRecord, msg: dict, meta: dict, kind: str, schema: Optional[str],
-                table: str) -> ChangeRecord:
-        types = self.options.column_types(None, schema, table)
+    def column_types(self, event: Event) -> None:
+        """The configured ``column_types`` (the format carries none), kept per table."""
+        plan = self.kept((event.schema_name, event.table), ConfiguredTypes, self.options, None, event.schema_name,
+                         event.table)
+        event.types, event.convert = dict(plan.types), plan.convert
 
-        def convert(col: str, value: Any) -> Optional[str]:
-            return coerce_text(value, types[col]) if col in types else to_text(value)
+    def images(self, event: Event) -> None:
+        """The images as the record carries them: ``data`` (as ``after``) and ``key`` (as ``before``),
+        laid out per operation by :meth:`primary_key`; all but a truncate need ``data``."""
+        msg = event.message
+        event.after = convert_image(FORMAT, msg.get("data"), event.convert, "data")
+        event.before = convert_image(FORMAT, msg.get("key"), event.convert, "key")
+        if event.op != "truncate" and event.after is None:
+            raise ParseError(FORMAT, f"{event.op} carries no row", "data")
 
-        data = convert_image(FORMAT, msg.get("data"), convert, "data")
-        key_image = convert_image(FORMAT, msg.get("key"), convert, "key")
-        if kind != "truncate" and data is None:
-            raise ParseError(FORMAT, f"{kind} carries no row", "data")
-        kafka_key = read_key(record.key)
-        primary_key = resolve_primary_key(
-            FORMAT, self.options.key_override(None, schema, table), list(key_image) if key_image else None,
-            list(kafka_key[0]) if kafka_key else None, required=kind != "truncate")
-        kafka_key_text = convert_image(FORMAT, kafka_key[0], convert, "key") if kafka_key else None
-
-        before: Optional[dict] = None
-        after: Optional[dict] = None
+    def primary_key(self, event: Event) -> None:
+        """Configured, else the ``key`` object's columns, else the Kafka key's; then the images: an
+        update's before is ``key`` and its after ``key`` overlaid with ``data``, a delete's before
+        is ``data`` over ``key``."""
+        data, key_image, kind = event.after, event.before, event.op
+        kafka_key = read_key(event.record.key)
+        primary_key = event.primary_key = resolve_primary_key(
+            FORMAT, self.options.key_override(None, event.schema_name, event.table),
+            list(key_image) if key_image else None, list(kafka_key[0]) if kafka_key else None,
+            required=kind != "truncate")
+        kafka_key_text = convert_image(FORMAT, kafka_key[0], event.convert, "key") if kafka_key else None
+        event.before = event.after = None
         if kind == "insert":
-            after = data
+            event.after = data
         elif kind == "update":
-            before = key_image
-            after = {**(key_image or {}), **data}  # type: ignore[dict-item]
+            event.before = key_image
+            after = event.after = {**(key_image or {}), **data}  # type: ignore[dict-item]
             for col in primary_key:
                 if col not in after and kafka_key_text and col in kafka_key_text:
                     after[col] = kafka_key_text[col]
@@ -285,24 +269,14 @@ class ShareplexJsonParser:
                 raise ParseError(FORMAT, f"update carries no value for key column(s) {', '.join(missing)} "
                                  "in 'key' or 'data'", "key")
         elif kind == "delete":
-            before = key_delete_image(FORMAT, primary_key, {**(key_image or {}), **data},  # type: ignore[dict-item]
-                                      kafka_key_text, "data", _DELETE_HINT)
+            event.before = key_delete_image(FORMAT, primary_key, {**(key_image or {}), **data},  # type: ignore[dict-item]
+                                            kafka_key_text, "data", _DELETE_HINT)
 
-        seq, size = meta_idx(meta)
+    def position(self, event: Event) -> None:
+        """``(scn, seq)``, ``meta.time``, ``meta.trans``, ``seq`` and ``size``."""
+        meta = event.source
+        event.tx_seq, event.tx_size = meta_idx(meta)
+        event.position = source_position(meta)
+        event.ts_ms = commit_ms(meta)
         trans = meta.get("trans")
-        return ChangeRecord(
-            source_format=FORMAT,
-            source_database=None,
-            source_schema=schema,
-            source_table=table,
-            op=kind,
-            before=before,
-            after=after,
-            primary_key=primary_key,
-            column_types=dict(types),
-            source_position=source_position(meta),
-            source_ts_ms=commit_ms(meta),
-            tx_id=None if trans is None else str(trans),
-            tx_seq=seq,
-            tx_size=size,
-        )
+        event.tx_id = None if trans is None else str(trans)

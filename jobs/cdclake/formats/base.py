@@ -1,0 +1,229 @@
+"""The parser template: one parse skeleton for every vendor format, vendors fill in its steps.
+
+Modelled on Apache Paimon's CDC formats (``org.apache.paimon.flink.action.cdc.format``:
+``AbstractRecordParser`` runs one skeleton and each vendor fills in ``getTableName``,
+``extractPrimaryKeys``, ``isDDL`` and its field parser). :meth:`FormatParser.parse` turns one
+:class:`cdclake.record.KafkaRecord` into a list of :class:`cdclake.record.ChangeRecord`, one
+:class:`cdclake.record.ControlRecord`, or a :class:`cdclake.record.ParseError`:
+
+====  ========================  ==================================================================
+step  hook                      what the format does there
+====  ========================  ==================================================================
+1     :meth:`is_tombstone`,     empty value (Kafka tombstone) → ``tombstone`` control record
+      :meth:`tombstone`
+2     :meth:`decode`            bytes → an :class:`Event` holding the decoded message (None: a
+                                tombstone after all, e.g. a Kafka Connect ``null`` payload)
+3     :meth:`control`           a control record (DDL, heartbeat, transaction marker ...) ends the
+                                parse here; else set ``event.op``, the canonical operation
+4     :attr:`STEPS`, in order:  the row steps, each filling fields of the event:
+      :meth:`table`             ``database``, ``schema_name``, ``table``
+      :meth:`column_types`      ``types`` (column → canonical type) and ``convert`` (column,
+                                value → canonical text), usually a plan kept per table
+      :meth:`images`            ``before``, ``after`` (canonical text per column)
+      :meth:`primary_key`       ``primary_key``: configured, else ``carried_key`` (the key the
+                                message carries), else the Kafka key's columns
+      :meth:`position`          ``position``, ``ts_ms``, ``tx_id``, ``tx_seq`` ...
+5     :meth:`build`             the canonical change(s)
+====  ========================  ==================================================================
+
+Which error a record with several faults reports is the first step that meets one: a format
+whose document orders its checks otherwise (Canal reads ``es``/``id`` with the table, Qlik reads
+the headers first) declares its own :attr:`STEPS`. What a parser learns from a topic (the table
+plans of :meth:`kept`, a format's readers) is dropped when it is pickled to a Spark task
+(:meth:`_forget`); each copy learns again, with the same results.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional
+
+from cdclake.formats.options import SourceOptions
+from cdclake.formats.text import coerce_text
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseResult
+from cdclake.types import to_text
+
+
+class Event:
+    """One Kafka record on its way through :meth:`FormatParser.parse`: what the steps read.
+
+    ``record`` (the Kafka record), ``message`` (the decoded value: a JSON object, an Avro record),
+    and per format ``schema`` (e.g. the Kafka Connect value schema), ``envelope`` (an id of that
+    schema, for plans kept per schema) and ``source`` (a block of the message the steps share:
+    Debezium's ``source``, SharePlex's ``meta``); the steps fill in the rest, which
+    :meth:`FormatParser.build` turns into a :class:`ChangeRecord` (fields of the same names:
+    ``schema_name`` is ``source_schema``, ``types`` is ``column_types``, ``position`` is
+    ``source_position``, ``ts_ms`` is ``source_ts_ms``).
+    """
+
+    op: Optional[str] = None
+    variant: Any = None
+    database: Optional[str] = None
+    schema_name: Optional[str] = None
+    table: Optional[str] = None
+    plan: Any = None
+    types: Optional[dict] = None
+    convert: Optional[Callable[[str, Any], Any]] = None
+    key: Any = None
+    carried_key: Optional[list] = None
+    before: Optional[dict] = None
+    after: Optional[dict] = None
+    primary_key: Optional[list] = None
+    rows: Optional[list] = None
+    position: tuple = ()
+    ts_ms: Optional[int] = None
+    tx_id: Optional[str] = None
+    tx_seq: Optional[int] = None
+    tx_last: Optional[bool] = None
+    tx_size: Optional[int] = None
+
+    def __init__(self, record: KafkaRecord, message: Any, schema: Any = None, envelope: Any = None,
+                 source: Any = None):
+        self.record = record
+        self.message = message
+        self.schema = schema
+        self.envelope = envelope
+        self.source = source
+
+
+class FormatParser:
+    """Base of every format's parser: ``Parser(options).parse(KafkaRecord)`` (see the module docstring).
+
+    ``options`` is the source's mapping from the pipeline YAML, read into :class:`SourceOptions`
+    (``primary_key``, ``primary_keys``, ``column_types``; ``ValueError`` when malformed).
+    Subclasses set ``format_name`` and fill in the hooks; a hook not filled in raises
+    ``NotImplementedError``. Parsers are picklable (they run inside Spark tasks).
+    """
+
+    format_name: str
+    #: The row steps, in the order they run (method names).
+    STEPS: tuple[str, ...] = ("table", "column_types", "images", "primary_key", "position")
+    #: Table plans kept per parser; past that, plans are made per record.
+    MAX_PLANS = 4096
+
+    def __init__(self, options: Optional[Mapping[str, Any]] = None):
+        self.options = SourceOptions(options or {})
+        self._forget()
+
+    # -- what a parser learns: dropped when pickled ----------------------------------------------
+
+    #: Attributes :meth:`_forget` makes again, left out of the pickled state.
+    _LEARNT = ("_plans", "_steps")
+
+    def _forget(self) -> None:
+        """Make the parser's learnt state anew: the kept plans and the bound row steps (formats
+        with readers that learn, e.g. Kafka Connect envelopes, add theirs)."""
+        self._plans: dict = {}
+        self._steps = tuple(getattr(self, name) for name in self.STEPS)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in self._LEARNT}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._forget()
+
+    def kept(self, key: Any, make: Callable[..., Any], *args: Any) -> Any:
+        """The plan kept under ``key``, made by ``make(*args)`` on first use (``key`` None, or not
+        hashable: made every time, not kept)."""
+        if key is None:
+            return make(*args)
+        try:
+            plan = self._plans.get(key)
+        except TypeError:
+            return make(*args)
+        if plan is None:
+            plan = make(*args)
+            if len(self._plans) < self.MAX_PLANS:
+                self._plans[key] = plan
+        return plan
+
+    # -- the skeleton ---------------------------------------------------------------------------
+
+    def parse(self, record: KafkaRecord) -> ParseResult:
+        """Parse one Kafka record: a list of :class:`ChangeRecord`, or a :class:`ControlRecord`.
+
+        Raises :class:`cdclake.record.ParseError` naming the format and the field for bad input
+        (see each format's class docstring for its results and errors).
+        """
+        if self.is_tombstone(record.value):
+            return self.tombstone(record)
+        event = self.decode(record)
+        if event is None:
+            return self.tombstone(record)
+        result = self.control(event)
+        if result is not None:
+            return result
+        return self.changes(event)
+
+    def changes(self, event: Event) -> list[ChangeRecord]:
+        """The row steps (:attr:`STEPS`) on ``event``, then :meth:`build`."""
+        for step in self._steps:
+            step(event)
+        return self.build(event)
+
+    # -- hooks ----------------------------------------------------------------------------------
+
+    def is_tombstone(self, value: Optional[bytes]) -> bool:
+        """Whether a Kafka value stands for no value (default: None or empty)."""
+        return not value
+
+    def tombstone(self, record: KafkaRecord) -> ControlRecord:
+        """The control record of a tombstone (default: no detail)."""
+        return ControlRecord("tombstone", self.format_name)
+
+    def decode(self, record: KafkaRecord) -> Optional[Event]:
+        """The decoded value of a non-empty record as an :class:`Event`, or None for a tombstone.
+        Raises :class:`ParseError` (usually field ``value``) for bytes that are not a message."""
+        raise NotImplementedError
+
+    def control(self, event: Event) -> Optional[ParseResult]:
+        """A result that ends the parse before the row steps (a :class:`ControlRecord`, or changes
+        that need no row steps); None after setting ``event.op`` to a row operation."""
+        raise NotImplementedError
+
+    def table(self, event: Event) -> None:
+        """Set ``event.database``, ``event.schema_name`` and ``event.table``."""
+        raise NotImplementedError
+
+    def column_types(self, event: Event) -> None:
+        """Set ``event.types`` and ``event.convert`` (the converter of the images' values)."""
+        raise NotImplementedError
+
+    def images(self, event: Event) -> None:
+        """Set ``event.before`` and ``event.after`` (None where the image does not exist)."""
+        raise NotImplementedError
+
+    def primary_key(self, event: Event) -> None:
+        """Set ``event.primary_key`` (and complete a delete's before image with the key's values)."""
+        raise NotImplementedError
+
+    def position(self, event: Event) -> None:
+        """Set ``event.position`` and what the format carries of ``ts_ms``, ``tx_id``, ``tx_seq``,
+        ``tx_last`` and ``tx_size``."""
+        raise NotImplementedError
+
+    def build(self, event: Event) -> list[ChangeRecord]:
+        """The change of ``event`` (default: one :class:`ChangeRecord`; ``event.types`` is used as
+        it is, so a step that shares a plan's types hands over a copy)."""
+        return [ChangeRecord(
+            source_format=self.format_name, source_database=event.database, source_schema=event.schema_name,
+            source_table=event.table, op=event.op, before=event.before, after=event.after,
+            primary_key=event.primary_key, column_types=event.types, source_position=event.position,
+            source_ts_ms=event.ts_ms, tx_id=event.tx_id, tx_seq=event.tx_seq, tx_last=event.tx_last,
+            tx_size=event.tx_size)]
+
+
+class ConfiguredTypes:
+    """A table plan for messages that carry no types: the configured ``column_types`` of the table
+    (canonical types), other columns read as text.
+
+    ``types`` (column → canonical type) and :meth:`convert` (column, JSON value → canonical text,
+    ``ValueError`` when a value does not fit its configured type).
+    """
+
+    def __init__(self, options: SourceOptions, database: Optional[str], schema: Optional[str], table: str):
+        self.types = options.column_types(database, schema, table)
+
+    def convert(self, col: str, value: Any) -> Optional[str]:
+        """Canonical text of ``value`` in column ``col``."""
+        types = self.types
+        return coerce_text(value, types[col]) if col in types else to_text(value)
