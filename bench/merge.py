@@ -56,7 +56,7 @@ def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows:
     from pyspark.sql.types import _parse_datatype_string
 
     from cdclake.catalog import ensure_namespace, qualified
-    from cdclake.normalize import BRONZE_SCHEMA
+    from cdclake.lake import BRONZE_SCHEMA
 
     ensure_namespace(spark, cfg, BATCH_TABLE.split(".")[0])
     name = qualified(cfg, BATCH_TABLE)

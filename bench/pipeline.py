@@ -276,8 +276,8 @@ def run_from_json(spark, cfg, sampler: RssSampler, start: dt.datetime, work: Pat
 
     from pyspark.sql import functions as F
 
-    from cdclake.catalog import RAW_TABLE, qualified
-    from cdclake.land import window_filter
+    from cdclake.catalog import qualified
+    from cdclake.lake import RAW_TABLE, window_filter
     from cdclake.window import Window
 
     topic = topic_of("dbz", warm)

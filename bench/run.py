@@ -188,7 +188,7 @@ def run_peer(name: str, input_spec: dict, sampler: Optional[RssSampler] = None) 
 def input_spec(cfg, summary: dict, state: Path, tags: list[str]) -> dict:
     """The input every peer call gets (see ``bench/README.md``); :func:`peer_calls` adds ``format``/``tables``."""
     from bench.pipeline import silver_names
-    from cdclake.catalog import BRONZE_TABLE
+    from cdclake.lake import BRONZE_TABLE
 
     fmts = {}
     for tag, fmt in bdata.EXPORTED.items():

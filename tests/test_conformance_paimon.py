@@ -509,7 +509,8 @@ def test_column_order(paimon_run, tag, step, table):
 def test_source_position_order_equals_arrival_order(spark, paimon_run):
     """On these inputs, ordering each key's changes by source position (Kafka offset breaking ties)
     gives Paimon's arrival order, so the states above compare like for like."""
-    from cdclake.catalog import BRONZE_TABLE, qualified
+    from cdclake.catalog import qualified
+    from cdclake.lake import BRONZE_TABLE
     from cdclake.config import load_pipeline
     from pyspark.sql import functions as F
 

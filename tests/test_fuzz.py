@@ -53,7 +53,8 @@ from test_normalize_containment import TAGGED, arrow_schema, outcomes, raw_batch
 
 from cdclake.formats import dts
 from cdclake.formats.qlik import ENVELOPE_SCHEMA
-from cdclake.normalize import _TAGGED_SCHEMA, json_nesting_depth, parse_batches
+from cdclake.normalize import json_nesting_depth, parse_batches
+from cdclake.normalize.rows import TAGGED_SCHEMA as _TAGGED_SCHEMA
 from cdclake.formats import formats, get_parser
 from cdclake.record import KafkaRecord, ParseError
 from cdclake.sim import SimulatedSource

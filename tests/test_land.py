@@ -40,7 +40,8 @@ def _tuples(records: list[dict]) -> list[tuple]:
 
 
 def test_land_copies_records_exactly_with_their_hours(stack, spark, unique):
-    from cdclake.catalog import MANIFEST_TABLE, RAW_TABLE, qualified
+    from cdclake.catalog import qualified
+    from cdclake.lake import MANIFEST_TABLE, RAW_TABLE
     from cdclake.config import load_pipeline
     from cdclake.gates import run_gate
     from cdclake.land import land
@@ -81,7 +82,8 @@ def test_land_copies_records_exactly_with_their_hours(stack, spark, unique):
 def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique):
     from confluent_kafka.admin import AdminClient
 
-    from cdclake.catalog import RAW_TABLE, qualified
+    from cdclake.catalog import qualified
+    from cdclake.lake import RAW_TABLE
     from cdclake.config import load_pipeline
     from cdclake.land import LandingShrinks, land
     from cdclake.window import Window

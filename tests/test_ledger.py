@@ -44,7 +44,8 @@ def _cfg(unique: str, topic: str, **sections):
 
 
 def _raw(spark, cfg, topic) -> list[tuple]:
-    from cdclake.catalog import RAW_TABLE, qualified
+    from cdclake.catalog import qualified
+    from cdclake.lake import RAW_TABLE
 
     return [(r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms, r.landed_hour.replace(tzinfo=UTC))
             for r in spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'")
@@ -52,7 +53,8 @@ def _raw(spark, cfg, topic) -> list[tuple]:
 
 
 def _ledger(spark, cfg, topic) -> list[tuple]:
-    from cdclake.catalog import MANIFEST_TABLE, qualified
+    from cdclake.catalog import qualified
+    from cdclake.lake import MANIFEST_TABLE
 
     return [(r.kafka_partition, r.landed_hour.replace(tzinfo=UTC), r.start_offset, r.end_offset, r.records)
             for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(f"kafka_topic = '{topic}'")
@@ -154,7 +156,8 @@ def test_a_backfill_before_the_first_landed_hour_takes_the_gap(stack, spark, uni
 
 
 def test_the_land_gate_fails_on_a_gap_in_the_ledger(stack, spark, unique):
-    from cdclake.catalog import MANIFEST_TABLE, qualified
+    from cdclake.catalog import qualified
+    from cdclake.lake import MANIFEST_TABLE
     from cdclake.gates import GateFailed, run_gate
     from cdclake.land import land
 

@@ -100,7 +100,8 @@ def test_second_writer_fails_fast_or_waits(stack, spark, unique, caplog):
 
     from pyiceberg.expressions import EqualTo
 
-    from cdclake.catalog import RAW_TABLE, pyiceberg_catalog
+    from cdclake.catalog import pyiceberg_catalog
+    from cdclake.lake import RAW_TABLE
 
     raw = pyiceberg_catalog(cfg.catalog).load_table(RAW_TABLE).scan(
         row_filter=EqualTo("kafka_topic", topic), selected_fields=("kafka_partition", "kafka_offset")).to_pandas()

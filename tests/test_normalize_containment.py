@@ -32,9 +32,11 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DecimalType, 
 
 from cdclake.config import load_pipeline
 from cdclake.gates import run_gate
-from cdclake.land import RAW_SCHEMA, land
-from cdclake.normalize import (_TAGGED_SCHEMA, MAX_NESTING_DEPTH, _columns, classify_records, json_deeper_than,
-                               json_nesting_depth, normalize, parse_batches, quarantine_reason, registry_row)
+from cdclake.lake import RAW_SCHEMA, ddl_columns as _columns
+from cdclake.land import land
+from cdclake.normalize import (MAX_NESTING_DEPTH, classify_records, json_deeper_than, json_nesting_depth, normalize,
+                               parse_batches, quarantine_reason, registry_row)
+from cdclake.normalize.rows import TAGGED_SCHEMA as _TAGGED_SCHEMA
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord, SchemaEntry
 from cdclake.sim import SimulatedSource, canal_json, create_topic, debezium_json, produce

@@ -95,9 +95,9 @@ def test_a_large_hour_is_read_in_row_groups_and_every_record_normalized_once(sta
     import json
     import os
 
-    from cdclake.catalog import RAW_TABLE, qualified
+    from cdclake.catalog import qualified
     from cdclake.config import load_pipeline
-    from cdclake.land import RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES
+    from cdclake.lake import RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES, RAW_TABLE
     from cdclake.sim import Message
 
     topic = f"big.{unique}"

@@ -1,18 +1,8 @@
 """Iceberg catalog access for Spark and pyiceberg, and the Spark session the stage jobs use.
 
 One pipeline's ``catalog`` block configures both engines on the same JDBC catalog:
-Spark's ``SparkCatalog`` (``type=jdbc``, schema V1) and pyiceberg's ``SqlCatalog``.
-Table names used by the pipeline (all inside the configured catalog):
-
-=============================  ====================================================
-``raw.kafka_records``          landed Kafka records, partitioned by topic and hour
-``raw.land_manifest``          offset range read per topic, partition and hour
-``bronze.changes``             canonical change records (``cdclake.record``)
-``bronze.quarantine``          records that could not be parsed, with the reason
-``bronze.control_events``      DDL, tombstones, heartbeats: recognised, not rows
-``bronze.schema_registry``     table definitions from metadata messages (Qlik Replicate)
-``<silver.namespace>.<name>``  one table per source table (``cdclake.silver``)
-=============================  ====================================================
+Spark's ``SparkCatalog`` (``type=jdbc``, schema V1) and pyiceberg's ``SqlCatalog``. The tables
+the pipeline keeps in it are described in :mod:`cdclake.lake`.
 """
 from __future__ import annotations
 
@@ -33,12 +23,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RAW_TABLE = "raw.kafka_records"
-MANIFEST_TABLE = "raw.land_manifest"
-BRONZE_TABLE = "bronze.changes"
-QUARANTINE_TABLE = "bronze.quarantine"
-CONTROL_TABLE = "bronze.control_events"
-REGISTRY_TABLE = "bronze.schema_registry"
 JDBC_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
 
 

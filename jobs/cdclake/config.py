@@ -159,7 +159,7 @@ class SilverConfig(_Model):
 
     ``complete_transactions``: apply a transaction's changes only once the whole transaction has
     landed, where the format marks transaction boundaries (Qlik ``transactionLastEvent``,
-    SharePlex ``idx``/``size``, DTS ``COMMIT``; see :mod:`cdclake.transactions`).
+    SharePlex ``idx``/``size``, DTS ``COMMIT``; see :mod:`cdclake.silver.transactions`).
     """
 
     namespace: str = "silver"

@@ -37,10 +37,11 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from cdclake.catalog import (BRONZE_TABLE, CONTROL_TABLE, MANIFEST_TABLE, QUARANTINE_TABLE, RAW_TABLE,
-                             pyiceberg_catalog)
+from cdclake.catalog import pyiceberg_catalog
 from cdclake.config import REPO_ROOT, PipelineConfig
 from cdclake.errors import GateFailed
+from cdclake.lake import (BRONZE_TABLE, CONTROL_TABLE, MANIFEST_TABLE, PRIMARY_KEY_PROPERTY, QUARANTINE_TABLE,
+                          RAW_TABLE, SourceTable, resolve_legacy_name)
 from cdclake.window import Window, iso
 
 log = logging.getLogger(__name__)
@@ -154,8 +155,6 @@ def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
     The key columns come from the table property ``cdc.primary-key-columns`` (a JSON array), or
     for tables created before it, from ``cdc.primary-key`` (comma-joined).
     """
-    from cdclake.silver import PRIMARY_KEY_PROPERTY, SourceTable, resolve_legacy_name
-
     topics = list(window.topics or cfg.topics())
     cat = pyiceberg_catalog(cfg.catalog)
     prefixes = {s.topic: s.table_prefix for s in cfg.sources}

@@ -277,7 +277,7 @@ def arrow_batches(bootstrap: str, pieces: list[Piece], schema, ranges: list[Offs
                   client: Optional[dict] = None, after_batch=None) -> Iterator:
     """The records of ``pieces`` (one topic partition, in offset order) as pyarrow ``RecordBatch`` es.
 
-    ``schema`` is the Arrow form of ``cdclake.land.RAW_SCHEMA`` (kafka_topic string, kafka_partition
+    ``schema`` is the Arrow form of ``cdclake.lake.RAW_SCHEMA`` (kafka_topic string, kafka_partition
     int32, kafka_offset int64, kafka_timestamp_ms int64, key binary, value binary, headers
     list<struct<name string, value binary>>, landed_hour timestamp[us, UTC]); a batch holds at most
     :data:`ARROW_BATCH_RECORDS` records and closes once its keys and values pass

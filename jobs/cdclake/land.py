@@ -1,14 +1,14 @@
 """Stage 1, land: copy each topic's hour offset ranges from Kafka into the raw Iceberg table.
 
-``raw.kafka_records`` columns: kafka_topic string, kafka_partition int, kafka_offset bigint,
-kafka_timestamp_ms bigint (record timestamp, ms), key binary, value binary (null for a Kafka
-tombstone; kept), headers array<struct<name string, value binary>>, landed_hour timestamp (UTC
-hour of the run that took the record; see :mod:`cdclake.kafka_ranges`). Partitioned by
-(kafka_topic, hours(landed_hour)).
+``raw.kafka_records`` columns (:data:`cdclake.lake.RAW_SCHEMA`): kafka_topic string,
+kafka_partition int, kafka_offset bigint, kafka_timestamp_ms bigint (record timestamp, ms), key
+binary, value binary (null for a Kafka tombstone; kept), headers array<struct<name string, value
+binary>>, landed_hour timestamp (UTC hour of the run that took the record; see
+:mod:`cdclake.kafka_ranges`). Partitioned by (kafka_topic, hours(landed_hour)).
 
-``raw.land_manifest`` is the *offset ledger*: one row per topic partition and landed hour, empty
-hours included: kafka_topic, kafka_partition, landed_hour, start_offset, end_offset (exclusive),
-records (bigint), landed_at timestamp. A partition's ranges tile its log: a new hour starts
+``raw.land_manifest`` is the *offset ledger* (:data:`cdclake.lake.MANIFEST_SCHEMA`): one row per
+topic partition and landed hour, empty hours included: kafka_topic, kafka_partition, landed_hour,
+start_offset, end_offset (exclusive), records (bigint), landed_at timestamp. A partition's ranges tile its log: a new hour starts
 exactly at the end offset of the range before it (:func:`cdclake.kafka_ranges.plan_partition`), so
 a record appended late, stamped inside an hour already landed, lands in the next hour that is
 landed, and a run after hours the scheduler missed lands every record since the last range.
@@ -28,59 +28,19 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from cdclake import kafka_ranges
-from cdclake.catalog import MANIFEST_TABLE, RAW_TABLE, ensure_namespace, qualified
+from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import LandingShrinks
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import OffsetRange, Piece
+from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
+                          window_filter)
 from cdclake.window import UTC, Window
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-RAW_SCHEMA = ("kafka_topic string, kafka_partition int, kafka_offset bigint, kafka_timestamp_ms bigint, "
-              "key binary, value binary, headers array<struct<name:string,value:binary>>, landed_hour timestamp")
-MANIFEST_SCHEMA = ("kafka_topic string, kafka_partition int, landed_hour timestamp, start_offset bigint, "
-                   "end_offset bigint, records bigint, landed_at timestamp")
-
-
-#: Parquet row groups of the raw table, in compressed bytes (Iceberg's default is 128 MB). CDC
-#: values compress 20 to 50 times (the Connect schema repeats in every Debezium message), so an
-#: hour of a topic is often one file under 128 MB, written as one row group: one Spark task would
-#: read it, and normalize would have to shuffle every value to spread the parsing over the cores.
-#: Row groups of 8 MB let normalize read a file in several tasks (:data:`RAW_SPLIT_BYTES`).
-RAW_ROW_GROUP_BYTES = 8 * 1024 * 1024
-#: Iceberg ``split-size`` normalize reads the raw table with: one task per row group.
-RAW_SPLIT_BYTES = RAW_ROW_GROUP_BYTES
-
-
-def ensure_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
-    """Create ``raw.kafka_records`` and ``raw.land_manifest`` when missing.
-
-    The raw table is written in Parquet row groups of :data:`RAW_ROW_GROUP_BYTES` (set on a raw
-    table made by an earlier version too; files written before keep theirs).
-    """
-    ensure_namespace(spark, cfg, "raw")
-    raw = qualified(cfg, RAW_TABLE)
-    row_group = f"'write.parquet.row-group-size-bytes'='{RAW_ROW_GROUP_BYTES}'"
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {raw} ({RAW_SCHEMA}) USING iceberg "
-              f"PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2', {row_group})")
-    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {raw}").collect()}
-    if props.get("write.parquet.row-group-size-bytes") != str(RAW_ROW_GROUP_BYTES):
-        spark.sql(f"ALTER TABLE {raw} SET TBLPROPERTIES ({row_group})")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, MANIFEST_TABLE)} ({MANIFEST_SCHEMA}) USING iceberg "
-              "PARTITIONED BY (kafka_topic, hours(landed_hour)) TBLPROPERTIES ('format-version'='2')")
-
-
-def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hour"):
-    """Column predicate selecting ``topics`` and the hours of ``window``."""
-    from pyspark.sql import functions as F
-
-    return (F.col("kafka_topic").isin(topics)
-            & (F.col(hour_col) >= F.lit(window.start).cast("timestamp"))
-            & (F.col(hour_col) < F.lit(window.end).cast("timestamp")))
 
 
 def check_not_shrinking(spark: "SparkSession", cfg: PipelineConfig, window: Window, topics: list[str], new) -> None:
@@ -100,14 +60,6 @@ def check_not_shrinking(spark: "SparkSession", cfg: PipelineConfig, window: Wind
             f"{r.kafka_topic}[{r.kafka_partition}] hour {r.landed_hour.isoformat()}: Kafka now holds "
             f"{r.now or 0} records where {r.records} were landed before (retention or compaction); "
             "refusing to overwrite the landed hour (bronze and silver are built from it)")
-
-
-def raw_arrow_schema():
-    """The Arrow schema of :data:`RAW_SCHEMA` (made on the driver: it needs the JVM)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
-
-    return to_arrow_schema(_parse_datatype_string(RAW_SCHEMA))
 
 
 def settle_seconds(cfg: PipelineConfig, window: Window, now: Optional[dt.datetime] = None) -> float:
@@ -185,10 +137,10 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     topics = list(window.topics or cfg.topics())
     k = cfg.kafka
     parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
-    ensure_tables(spark, cfg)
+    ensure_raw_tables(spark, cfg)
     plans = plan(spark, cfg, window, parts)
     bootstrap, timeout, client = k.bootstrap_servers, max(30.0, k.timeout_s), dict(k.client)
-    schema = raw_arrow_schema()
+    schema = arrow_schema(RAW_SCHEMA)
 
     class _Ranges(AccumulatorParam):
         def zero(self, value):

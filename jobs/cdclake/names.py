@@ -13,8 +13,8 @@ Database, schema, table and column names (bronze ``source_database``, ``source_s
   backticks, ``;``, ``--``, SQL keywords, commas, any letters, up to any length). Such names
   reach SQL only as quoted identifiers (:func:`cdclake.types.quote_ident`) or string literals
   (:func:`cdclake.types.sql_string`), and never become paths: silver, tombstone and history
-  tables get a location of their own under the warehouse (:func:`cdclake.silver.table_location`),
-  and a silver table name too long for a catalog is shortened (:mod:`cdclake.silver`).
+  tables get a location of their own under the warehouse (:func:`cdclake.lake.table_location`),
+  and a silver table name too long for a catalog is shortened (:func:`cdclake.lake.short_name`).
 """
 from __future__ import annotations
 

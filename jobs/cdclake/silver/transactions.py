@@ -30,9 +30,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdclake.catalog import CONTROL_TABLE, materialize, qualified
+from cdclake.catalog import materialize, qualified
 from cdclake.config import PipelineConfig
-from cdclake.land import window_filter
+from cdclake.lake import CONTROL_TABLE, window_filter
 from cdclake.window import Window
 
 if TYPE_CHECKING:

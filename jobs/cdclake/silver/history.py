@@ -17,8 +17,9 @@ column                          type                    meaning
 ``_cdc_kafka_offset``
 ==============================  ======================  ============================================
 
-A new history table gets a location of its own (:func:`cdclake.silver.table_location`), never a
-path made of the source's names; an existing one keeps its location.
+A new history table gets a location of its own (:func:`cdclake.lake.table_location`), never a
+path made of the source's names; an existing one keeps its location. Names and metadata columns
+are :mod:`cdclake.lake`'s (:func:`cdclake.lake.history_table`, :data:`cdclake.lake.HISTORY_META`).
 
 A delete is a version too (its values are the before image; never current). Versions are not
 appended incrementally: for every key a window touches, the key's whole history is recomputed
@@ -34,30 +35,19 @@ import logging
 from typing import TYPE_CHECKING
 
 from cdclake import types as T
+from cdclake.catalog import ensure_namespace, materialize
 from cdclake.config import PipelineConfig
+from cdclake.lake import HISTORY_META, history_namespace, history_table, table_location
+from cdclake.silver.keys import MAX_CHAIN
+from cdclake.silver.tables import TableResult, ensure_silver_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-HISTORY_META = {
-    "_cdc_op": "string",
-    "_cdc_valid_from_position": "array<decimal(38,0)>",
-    "_cdc_valid_from_ts_ms": "bigint",
-    "_cdc_valid_to_position": "array<decimal(38,0)>",
-    "_cdc_valid_to_ts_ms": "bigint",
-    "_cdc_is_current": "boolean",
-    "_cdc_kafka_partition": "int",
-    "_cdc_kafka_offset": "bigint",
-}
 _VERSION_SCHEMA = ("key array<string>, img map<string,string>, op string, pos array<decimal(38,0)>, ts bigint, "
                    "kp int, ko bigint, to_pos array<decimal(38,0)>, to_ts bigint, is_current boolean")
-
-
-def history_table(cfg: PipelineConfig, silver_name: str) -> str:
-    """Quoted name of the history table of silver table ``silver_name``."""
-    return f"{cfg.catalog.name}.{T.quote_ident(cfg.silver.namespace + '_history')}.{T.quote_ident(silver_name)}"
 
 
 def keyed_changes(changes: "DataFrame", pk: list[str]) -> "DataFrame":
@@ -96,7 +86,7 @@ def _versions(item):
     applied in source order (a key change's new key before its old key's delete at the same
     position); a partial update keeps the key's previous values, and a key change starts the new
     key from the old key's row, overlaid with the after image (the before image fills what
-    neither has), as :func:`cdclake.silver.carry_over` does for silver.
+    neither has), as :func:`cdclake.silver.keys.carry_over` does for silver.
     """
     _, changes = item
     ordered = sorted(changes, key=lambda c: (list(c["pos"] or []), c["kp"], c["ko"], c["row"],
@@ -130,14 +120,11 @@ def _groups(spark: "SparkSession", keyed: "DataFrame", touched: "DataFrame") -> 
 
     Returns ``(keys, group)``: ``keys`` (column ``key``) is ``touched`` plus every key linked to
     them by key changes, either way (the old keys their rows came from, the new keys their rows
-    went to; transitively, up to :data:`cdclake.silver.MAX_CHAIN` links), so a late change of an
+    went to; transitively, up to :data:`cdclake.silver.keys.MAX_CHAIN` links), so a late change of an
     old key reaches the versions of the new key; ``group`` maps a key (tuple) that a key change
     links to the smallest key of its group (keys not in it are a group of their own).
     """
     from pyspark.sql import functions as F
-
-    from cdclake.catalog import materialize
-    from cdclake.silver import MAX_CHAIN
 
     moves = materialize(keyed.where(F.col("moved_from").isNotNull()).select("key", "moved_from"))
     keys = materialize(touched)
@@ -163,17 +150,15 @@ def _groups(spark: "SparkSession", keyed: "DataFrame", touched: "DataFrame") -> 
 
 
 def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, window_changes: "DataFrame",
-                  all_changes: "DataFrame", pk: list[str], types: dict[str, str], result) -> int:
+                  all_changes: "DataFrame", pk: list[str], types: dict[str, str], result: TableResult) -> int:
     """Recompute the history of every key in ``window_changes`` from ``all_changes`` and merge it.
 
     Both frames are bronze rows of one source table (``all_changes``: every landed hour). Keys
     that a key change links are folded together (:func:`_versions`), so that a new key's first
-    version holds the row the key change moved. Returns the number of version rows merged.
+    version holds the row the key change moved. ``result``: the silver table's, whose
+    ``added_columns`` the history table's new columns join. Returns the number of version rows merged.
     """
     from pyspark.sql import functions as F
-
-    from cdclake.catalog import ensure_namespace
-    from cdclake.silver import ensure_silver_table, table_location
 
     touched = keyed_changes(window_changes, pk).select("key").distinct()
     keyed = keyed_changes(all_changes, pk)
@@ -183,9 +168,9 @@ def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, 
     grouped = (every.rdd.map(lambda r: (links.value.get(tuple(r["key"]), tuple(r["key"])), r.asDict()))
                .groupByKey().flatMap(_versions))
     versions = spark.createDataFrame(grouped.map(lambda v: (list(v[0]),) + tuple(v[1:])), _VERSION_SCHEMA)
-    ensure_namespace(spark, cfg, cfg.silver.namespace + "_history")
+    ensure_namespace(spark, cfg, history_namespace(cfg))
     name = history_table(cfg, silver_name)
-    location = table_location(cfg, cfg.silver.namespace + "_history", silver_name)
+    location = table_location(cfg, history_namespace(cfg), silver_name)
     types = ensure_silver_table(spark, cfg, name, pk, types, result, meta=HISTORY_META, location=location)
     q, lit = T.quote_ident, T.sql_string
     select = [f"{T.sql_cast(f'key[{i}]', types[k])} AS {q(k)}" for i, k in enumerate(pk)]

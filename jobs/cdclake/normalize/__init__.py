@@ -1,0 +1,112 @@
+"""Stage 2, normalize: parse the landed raw records of a window into canonical bronze rows.
+
+Every raw record ends up in exactly one of three tables (the normalize gate checks the counts):
+
+- ``bronze.changes``: one row per row change (:class:`cdclake.record.ChangeRecord` fields plus
+  kafka_topic, kafka_partition, kafka_offset, kafka_timestamp_ms, landed_hour:
+  :data:`cdclake.lake.BRONZE_SCHEMA`); a multi-row record (Canal ``data``) gives several rows
+  with the same Kafka coordinates.
+- ``bronze.quarantine``: records no parser could read: kafka coordinates, landed_hour,
+  source_format, reason (names format and field), key and value bytes, quarantined_at.
+- ``bronze.control_events``: records that are not row changes (DDL, tombstones, heartbeats,
+  transaction markers, metadata messages): kafka coordinates, landed_hour, source_format, kind,
+  source names, detail.
+
+Formats whose data messages need earlier metadata messages (Qlik Replicate) also keep their table
+definitions in ``bronze.schema_registry`` (:func:`cdclake.normalize.registry.register_schemas`),
+which accumulates across hours.
+
+All three are partitioned by (kafka_topic, hours(landed_hour)); a rerun overwrites the window.
+
+One bad record never stops a run: whatever fails for one record (a parser error, an exception of
+any type while its key or value is decoded, its change checked, its bronze row built or its row
+converted to Arrow, or its schema registry entries extracted) puts that record in quarantine with
+a reason naming the format and the field, and the rest of the hour is applied. Records past the
+limits of ``normalize`` in the pipeline file (:class:`cdclake.config.NormalizeConfig`: a value or
+key larger than ``max_value_bytes``, a JSON value or key nested deeper than
+``max_nesting_depth``) are quarantined with the limit as their reason, before they are parsed
+(:mod:`cdclake.normalize.limits`).
+
+The Python workers' side, raw records to row tuples, is :mod:`cdclake.normalize.rows`; the tables'
+schemas and creation are :mod:`cdclake.lake`'s.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from cdclake.catalog import qualified
+from cdclake.config import PipelineConfig
+from cdclake.faults import kill_point
+from cdclake.formats import get_parser
+from cdclake.lake import BRONZE_TABLES, RAW_SPLIT_BYTES, RAW_TABLE, bronze_frame, ensure_bronze_tables, window_filter
+from cdclake.normalize.limits import (MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits, json_deeper_than,
+                                      json_nesting_depth)
+from cdclake.normalize.registry import register_schemas, registry_row
+from cdclake.normalize.rows import (OUTPUT_COLUMNS, TAGGED_SCHEMA, RawRow, classify, classify_records, kafka_record,
+                                    parse_batches, quarantine_reason, tagged_arrow_schema)
+from cdclake.window import Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["MAX_NESTING_DEPTH", "MAX_VALUE_BYTES", "RawRow", "check_limits", "classify", "classify_records",
+           "json_deeper_than", "json_nesting_depth", "kafka_record", "normalize", "parse_batches", "quarantine_reason",
+           "register_schemas", "registry_row", "tagged_arrow_schema"]
+
+log = logging.getLogger(__name__)
+
+
+def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, dict[str, int]]:
+    """Parse the window's raw records of the selected topics into bronze, quarantine and control.
+
+    Records past the limits of ``cfg.normalize`` (``max_value_bytes``, ``max_nesting_depth``) and
+    records that fail in any way are quarantined one by one (see the module docstring).
+    Returns ``{topic: {"raw": n, "changes": rows, "quarantined": n, "control": n}}``.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    topics = list(window.topics or cfg.topics())
+    ensure_bronze_tables(spark, cfg)
+    parsers = {t: get_parser(cfg.source(t).format, cfg.source(t).parser_options()) for t in topics}
+    # one task per Parquet row group of the raw table (cdclake.lake.RAW_ROW_GROUP_BYTES)
+    raw = (spark.read.option("split-size", str(RAW_SPLIT_BYTES)).table(qualified(cfg, RAW_TABLE))
+           .where(window_filter(window, topics)))
+    parsers = register_schemas(spark, cfg, raw, parsers)
+
+    # A small hour (or one landed before row groups were capped) is one row group, read in one
+    # task: spread its records over every core, as the parsers are the stage's main work.
+    cores = spark.sparkContext.defaultParallelism
+    if raw.rdd.getNumPartitions() < cores:
+        raw = raw.repartition(cores)
+    arrow_schema = tagged_arrow_schema()
+    max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth
+    tagged = raw.mapInArrow(lambda batches: parse_batches(parsers, arrow_schema, batches, max_bytes, max_depth),
+                            TAGGED_SCHEMA)
+    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+    kind = F.col("_kind")
+    stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
+    try:
+        for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
+            part = tagged.where(kind == k).select(*[n for n, _ in OUTPUT_COLUMNS[k]])
+            frame = bronze_frame(part) if k == "change" else part
+            frame.writeTo(qualified(cfg, name)).overwrite(window_filter(window, topics))
+            if k == "change":
+                kill_point("normalize.bronze_written")
+        # counted on the parsed frame the writes took their rows from (the gate counts the tables)
+        for r in tagged.groupBy("kafka_topic").agg(
+                F.countDistinct("kafka_partition", "kafka_offset").alias("raw"),
+                *[F.count(F.when(kind == k, 1)).alias(n)
+                  for k, n in (("change", "changes"), ("quarantine", "quarantined"), ("control", "control"))]).collect():
+            stats[r["kafka_topic"]] = {n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")}
+        for t, s in stats.items():
+            log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
+                     t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
+            if s["quarantined"]:
+                for q in (tagged.where((kind == "quarantine") & (F.col("kafka_topic") == t))
+                          .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
+                    log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
+    finally:
+        tagged.unpersist()
+    return stats

@@ -1,0 +1,296 @@
+"""Normalize's Python workers: raw records in, one change, quarantine or control row tuple per outcome out.
+
+Each raw record gives one quarantine row (:data:`cdclake.lake.QUARANTINE_SCHEMA`), one control row
+(:data:`cdclake.lake.CONTROL_SCHEMA`), or one or more staged change rows
+(:data:`cdclake.lake.STAGED_SCHEMA`, :func:`cdclake.lake.bronze_row`); they cross to the JVM as
+Arrow batches of :data:`TAGGED_SCHEMA`, one wide row per outcome tagged with its kind. Whatever
+fails for one record quarantines that record with a reason naming the format and the field.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Iterable, Iterator
+
+from cdclake.lake import (CHANGE_PYTHON_TYPES, CONTROL_SCHEMA, QUARANTINE_SCHEMA, STAGED_COLUMNS, STAGED_TO_BRONZE,
+                          arrow_schema, bronze_row, ddl, ddl_columns)
+from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, NOT_OPENING, check_limits
+from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError
+
+
+def kafka_record(r) -> KafkaRecord:
+    """The :class:`KafkaRecord` of a raw table row."""
+    return KafkaRecord(r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms,
+                       None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value),
+                       [(h.name, None if h.value is None else bytes(h.value)) for h in (r.headers or [])])
+
+
+#: Quarantine reasons are cut to this many characters (a parser may quote a huge value).
+MAX_REASON_CHARS = 2000
+
+
+def quarantine_reason(text: str) -> str:
+    """``text`` as a quarantine reason: at most :data:`MAX_REASON_CHARS` characters (the cut
+    is said), with characters UTF-8 cannot hold (lone surrogates) as backslash escapes."""
+    if len(text) > MAX_REASON_CHARS:
+        text = f"{text[:MAX_REASON_CHARS]}... ({len(text) - MAX_REASON_CHARS} more characters)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _exception_text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001  (an exception whose message cannot be made)
+        return repr(type(exc))
+
+
+def check_change(c: ChangeRecord) -> None:
+    """Reject a change the silver stage could not apply. Raises :class:`ParseError`."""
+    if c.op not in OPS:
+        raise ParseError(c.source_format, f"operation {c.op!r} is not one of {OPS}", "op")
+    if not c.source_table:
+        raise ParseError(c.source_format, "no source table", "table")
+    from cdclake.names import check_names
+
+    check_names(c)  # names with a path separator, '.'/'..' or control characters are refused
+    if c.op != "truncate":
+        if not c.primary_key:
+            raise ParseError(c.source_format, f"no primary key for table {c.source_table!r}", "primary_key")
+        image = c.after if c.op != "delete" else (c.before or {})
+        missing = [k for k in c.primary_key if image is None or image.get(k) is None]
+        if missing:
+            raise ParseError(c.source_format, f"primary key column(s) {missing} missing or null in the "
+                             f"{'before' if c.op == 'delete' else 'after'} image", "primary_key")
+
+
+def classify(parser, rows: Iterable) -> Iterator[tuple]:
+    """Parse raw rows with one parser; yield ``(kind, row_tuple)`` with kind change/quarantine/control.
+
+    ``rows`` carry the raw table's columns (see :func:`classify_records` for the rest).
+    """
+    return classify_records(parser, (((r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms,
+                                       r.landed_hour), kafka_record(r)) for r in rows))
+
+
+def classify_records(parser, records: Iterable[tuple[tuple, KafkaRecord]], max_value_bytes: int = MAX_VALUE_BYTES,
+                     max_nesting_depth: int = MAX_NESTING_DEPTH) -> Iterator[tuple]:
+    """Parse ``(kafka columns, KafkaRecord)`` pairs with one parser; yield ``(kind, row_tuple)``.
+
+    The Kafka columns are (kafka_topic, kafka_partition, kafka_offset, kafka_timestamp_ms,
+    landed_hour). Row tuples have the columns of :data:`cdclake.lake.STAGED_SCHEMA` (kind ``change``),
+    :data:`cdclake.lake.QUARANTINE_SCHEMA` or :data:`cdclake.lake.CONTROL_SCHEMA`; each record gives one quarantine row,
+    one control row, or one or more change rows. Never raises for bad input: a record past the
+    limits (``max_value_bytes``, ``max_nesting_depth``: :func:`check_limits`), a parser error, or
+    any exception while the record is parsed, its changes checked (:func:`check_change`) or its
+    bronze rows built, becomes a quarantine row whose reason starts with the format's name and
+    names the field (``value`` for an unexpected exception of the parser; the first field of a
+    wrong type for one after it).
+    """
+    import datetime as dt
+
+    fmt = parser.format_name
+    is_json = fmt.endswith("-json")
+    for kcols, rec in records:
+        result = _UNPARSED
+        try:
+            value, key = rec.value, rec.key
+            if ((value is not None and (len(value) > max_value_bytes or is_json
+                                        and len(value.translate(None, NOT_OPENING)) > max_nesting_depth))
+                    or (key is not None and (len(key) > max_value_bytes or is_json
+                                             and len(key.translate(None, NOT_OPENING)) > max_nesting_depth))):
+                check_limits(fmt, rec, max_value_bytes, max_nesting_depth)  # the exact check, by its reason
+            result = parser.parse(rec)
+            if isinstance(result, ControlRecord):
+                control = kcols + (fmt, result.kind, result.source_database, result.source_schema,
+                                   result.source_table, result.detail, result.tx_id, result.tx_end)
+            else:
+                control = None
+                for c in result:
+                    check_change(c)
+                out = [bronze_row(c, kcols) for c in result]
+        except ParseError as exc:
+            yield "quarantine", kcols + (fmt, quarantine_reason(str(exc)), rec.key, rec.value,
+                                         dt.datetime.now(dt.timezone.utc))
+            continue
+        except Exception as exc:  # a parser bug must not crash the run: quarantine with the cause
+            where = "value" if result is _UNPARSED else _change_field(result)
+            reason = f"{fmt}: field '{where}': unexpected {type(exc).__name__}: {_exception_text(exc)}"
+            yield "quarantine", kcols + (fmt, quarantine_reason(reason), rec.key, rec.value,
+                                         dt.datetime.now(dt.timezone.utc))
+            continue
+        if control is not None:
+            yield "control", control
+            continue
+        if not out:
+            yield "control", kcols + (fmt, "empty", None, None, None, "record carried no row change", None, None)
+        for row in out:
+            yield "change", row
+
+
+_UNPARSED = object()
+
+
+def _change_field(result) -> str:
+    """The first field of a wrong type in a parser's ``result`` (``value`` when none is)."""
+    try:
+        for c in result:
+            if not isinstance(c, ChangeRecord):
+                return "value"
+            for name, types in CHANGE_PYTHON_TYPES.items():
+                if not isinstance(getattr(c, name), types):
+                    return name
+    except Exception:  # noqa: BLE001  (not iterable: the parser's result itself is wrong)
+        pass
+    return "value"
+
+
+#: The columns of each kind of row :func:`classify` yields: staged change, quarantine and control.
+OUTPUT_COLUMNS = {"change": STAGED_COLUMNS, "quarantine": ddl_columns(QUARANTINE_SCHEMA),
+            "control": ddl_columns(CONTROL_SCHEMA)}
+#: The outputs of :func:`classify` as one wide row (:data:`TAGGED_SCHEMA`): ``_kind``
+#: (change/quarantine/control) and the columns of every kind (shared names have one type).
+_TAGGED: dict[str, str] = {"_kind": "string"}
+for _cols in OUTPUT_COLUMNS.values():
+    for _name, _type in _cols:
+        assert _TAGGED.setdefault(_name, _type) == _type, _name
+TAGGED_SCHEMA = ddl(list(_TAGGED.items()))
+
+
+#: A raw table row with the attributes :func:`classify` reads (headers: items with ``name`` and ``value``).
+RawRow = namedtuple("RawRow", "kafka_topic kafka_partition kafka_offset kafka_timestamp_ms landed_hour key value headers")
+#: Where each kind's row tuple puts each column of :data:`_TAGGED` (absent: the kind has no such column).
+_SLOTS = {kind: {name: i for i, (name, _) in enumerate(cols)} for kind, cols in OUTPUT_COLUMNS.items()}
+
+
+def tagged_arrow_schema():
+    """The Arrow schema of :data:`TAGGED_SCHEMA` (made on the driver: it needs the JVM)."""
+    return arrow_schema(TAGGED_SCHEMA)
+
+
+def batch_records(batch) -> Iterator[tuple[tuple, KafkaRecord]]:
+    """The ``(kafka columns, KafkaRecord)`` pairs (:func:`classify_records`) of an Arrow batch of
+    the raw table (:data:`cdclake.lake.RAW_SCHEMA`), read column by column."""
+    cols = batch.to_pydict()
+    topics, parts, offsets, stamps, hours = (cols[n] for n in ("kafka_topic", "kafka_partition", "kafka_offset",
+                                                              "kafka_timestamp_ms", "landed_hour"))
+    for i, (key, value, headers) in enumerate(zip(cols["key"], cols["value"], cols["headers"])):
+        yield ((topics[i], parts[i], offsets[i], stamps[i], hours[i]),
+               KafkaRecord(topics[i], parts[i], offsets[i], stamps[i], key, value,
+                           [(h["name"], h["value"]) for h in headers] if headers else []))
+
+
+def tagged_batch(found: dict[str, list[tuple]], schema):
+    """One Arrow batch of ``schema`` (:func:`tagged_arrow_schema`) from the row tuples of each kind
+    (``{"change": [...], "quarantine": [...], "control": [...]}``), built column by column."""
+    import pyarrow as pa
+
+    columns = {kind: list(zip(*rows)) for kind, rows in found.items()}
+    arrays = []
+    for f in schema:
+        values: list = []
+        for kind, rows in found.items():
+            if f.name == "_kind":
+                values += [kind] * len(rows)
+            elif f.name in _SLOTS[kind] and rows:
+                values += columns[kind][_SLOTS[kind][f.name]]
+            else:
+                values += [None] * len(rows)
+        arrays.append(pa.array(values, type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+
+def writable_rows(found: dict[str, list[tuple]], schema, parsers: dict, items_by_topic: dict) -> dict[str, list[tuple]]:
+    """``found`` (as :func:`tagged_batch` takes it) without the records one of whose change or
+    control rows has a value that does not convert to its column of ``schema``: each such record
+    gives one quarantine row instead (and none of its other rows), whose reason names the format
+    and the bronze column, e.g. ``debezium-json: field 'after': cannot be written as
+    list<element: string> (UnicodeEncodeError: ...)``.
+
+    ``parsers`` is ``{topic: parser}``; ``items_by_topic`` ``{topic: [(kafka columns,
+    KafkaRecord)]}``, the records the rows came from (a record is known by topic, partition and
+    offset). Converts column by column, and value by value only in the columns that fail. Never
+    raises for a value; returns ``found`` itself when every value converts.
+    """
+    import datetime as dt
+
+    import pyarrow as pa
+
+    types = {f.name: f.type for f in schema}
+    bad: dict[tuple, str] = {}
+    for kind in ("change", "control"):
+        rows, slots = found[kind], _SLOTS[kind]
+        where = (slots["kafka_topic"], slots["kafka_partition"], slots["kafka_offset"])
+        for name, i in slots.items():
+            try:
+                pa.array([r[i] for r in rows], type=types[name])
+                continue
+            except Exception:  # noqa: BLE001  (find the values that fail)
+                pass
+            for r in rows:
+                try:
+                    pa.array([r[i]], type=types[name])
+                except Exception as exc:  # noqa: BLE001
+                    record = tuple(r[j] for j in where)
+                    if record not in bad:
+                        bad[record] = quarantine_reason(
+                            f"{parsers[record[0]].format_name}: field '{STAGED_TO_BRONZE.get(name, name)}': cannot be "
+                            f"written as {types[name]} ({type(exc).__name__}: {_exception_text(exc)})")
+    if not bad:
+        return found
+    out: dict[str, list[tuple]] = {}
+    for kind, rows in found.items():
+        slots = _SLOTS[kind]
+        t, p, o = slots["kafka_topic"], slots["kafka_partition"], slots["kafka_offset"]
+        out[kind] = rows if kind == "quarantine" else [r for r in rows if (r[t], r[p], r[o]) not in bad]
+    out["quarantine"] = list(out["quarantine"])
+    now = dt.datetime.now(dt.timezone.utc)
+    for topic, items in items_by_topic.items():
+        fmt = parsers[topic].format_name
+        for kcols, rec in items:
+            reason = bad.get(kcols[:3])
+            if reason is not None:
+                out["quarantine"].append(kcols + (fmt, reason, rec.key, rec.value, now))
+    return out
+
+
+def parse_batches(parsers: dict, schema, batches, max_value_bytes: int = MAX_VALUE_BYTES,
+                  max_nesting_depth: int = MAX_NESTING_DEPTH) -> Iterator:
+    """``mapInArrow`` body: raw table Arrow batches in, Arrow batches of ``schema``
+    (:func:`tagged_arrow_schema`) out.
+
+    Each record goes through :func:`classify_records` with its topic's parser and the limits
+    ``max_value_bytes`` and ``max_nesting_depth``; the rows cross
+    between the JVM and Python as Arrow columns, not pickled rows, and leave grouped by kind.
+    When a value of an unexpected type (a parser's bug) or one Arrow cannot hold (a lone
+    surrogate in a string) fails the batch, the records whose rows do not convert are
+    quarantined instead (:func:`writable_rows`) and the rest of the batch is kept.
+    Python's cyclic garbage collector is paused while a batch is parsed: the batch's rows are
+    many objects without cycles, freed by reference counting, and the collections they would set
+    off find nothing to free (they cost a quarter of the parse).
+    """
+    import gc
+
+    for batch in batches:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            by_topic: dict[str, list] = {}
+            for item in batch_records(batch):
+                by_topic.setdefault(item[0][0], []).append(item)
+            found: dict[str, list[tuple]] = {"change": [], "quarantine": [], "control": []}
+            for topic, items in by_topic.items():
+                for kind, row in classify_records(parsers[topic], items, max_value_bytes, max_nesting_depth):
+                    found[kind].append(row)
+            try:
+                out = tagged_batch(found, schema)
+            except Exception:  # noqa: BLE001  (one record's value fails its whole column)
+                out = tagged_batch(writable_rows(found, schema, parsers, by_topic), schema)
+        finally:
+            if enabled:
+                gc.enable()
+        yield out
+

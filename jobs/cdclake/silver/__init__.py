@@ -1,0 +1,185 @@
+"""Stage 3, silver: order, deduplicate and MERGE each source table's changes into an Iceberg table.
+
+For every source table in the window's bronze rows:
+
+1. Changes are keyed by the primary key (a delete by its before image, others by the after
+   image; an update that changes the key, a *move*, also deletes the old key) and ordered by
+   ``(source_position, kafka_partition, kafka_offset, row_in_record)``: the source's own order,
+   arrival order only to break ties (:mod:`cdclake.silver.order`). A move's after image is
+   completed with the old row's other columns (:func:`cdclake.silver.keys.carry_over`), as the
+   source moves the whole row, along chains of moves too. A change of a key older than a move of
+   that key merged by an earlier batch arrives late: the landed changes of the keys on the move's
+   chain are replayed with the batch (:func:`cdclake.silver.keys.replay_rows`), so the late change
+   reaches the key the row lives under now.
+2. Each key's changes collapse into one (:func:`cdclake.silver.merge.collapse`): the latest
+   change decides delete or upsert; the latest insert, snapshot, delete, move, tombstone or
+   truncate is the key's *reset*; the image is built column by column from the latest change
+   since the reset carrying each column, and remembers which change that was.
+3. One ``MERGE INTO`` per table applies the result column by column
+   (:func:`cdclake.silver.merge.merge_sql`). Every silver row carries the order of its latest
+   change (``_cdc_position``, ``_cdc_kafka_partition``, ``_cdc_kafka_offset``), of its latest
+   reset (``_cdc_reset``) and of every column whose value came from an older change
+   (``_cdc_column_positions``; a null entry: no change since the reset set it). A value replaces
+   the silver value only when it comes from a newer change, and neither counts when older than
+   the latest reset. So duplicates and reruns change nothing, a partial update arriving late
+   still sets its columns unless a newer change set them, and a late insert fills only what newer
+   updates left unset.
+   A truncate deletes every row older than it and is remembered (the tombstone with an empty key),
+   so later batches drop changes older than it too. In hard-delete mode every delete also leaves a
+   tombstone (:func:`cdclake.silver.tables.record_tombstones`), which later batches read back as a
+   reset of its key (:func:`cdclake.silver.keys.with_tombstones`), so a rerun of an earlier hour
+   cannot bring a deleted row back.
+
+Silver tables live in ``<catalog>.<silver.namespace>`` and are named
+``<table_prefix><database>__<schema>__<table>`` (missing parts left out), shortened to 255
+characters when longer (:mod:`cdclake.lake`: :class:`cdclake.lake.SourceTable`). Tombstone and
+history tables take the silver table's name in their own namespaces. New tables record their
+source table in the property ``cdc.source-table`` (JSON ``[prefix, database, schema, table]``); a
+255-character name held by another source table stops the table (:class:`SilverError`) instead of
+mixing two tables' rows.
+
+Names from messages (database, schema, table, column) are accepted as :mod:`cdclake.names` says,
+reach SQL only quoted (``quote_ident``, ``sql_string``) and never become paths: every table this
+module creates (silver, tombstones, history) gets an explicit location
+``<warehouse>/<namespace>/<slug>-<hash>`` (:func:`cdclake.lake.table_location`), its partition
+field is named ``_cdc_bucket``, and its key columns are stored as JSON in
+``cdc.primary-key-columns`` (beside the comma-joined ``cdc.primary-key``). Tables created before
+keep their names and locations.
+
+Tables are created on first sight with typed columns (``cdclake.types``), bucketed by the first
+key column, Iceberg format 2, merge-on-read by default. New columns are added; types evolve only
+by Iceberg's promotions (int → bigint, float → double, decimal(P,S) → decimal(P',S) with P' > P;
+:func:`cdclake.types.widen`) and a narrower type keeps the silver one; any other type change (a
+decimal scale change, bigint → string ...) stops that table with :class:`SchemaChangeError`, naming
+table, column and both types, while other tables proceed (:mod:`cdclake.silver.tables`). Columns
+whose names start with ``_cdc_`` are reserved.
+
+With ``sources[].history``, the SCD type 2 history of the keys a window touches is recomputed
+beside silver (:mod:`cdclake.silver.history`); with ``silver.complete_transactions``, changes of
+incomplete transactions are held back (:mod:`cdclake.silver.transactions`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Optional
+
+from cdclake.catalog import describe, materialize, qualified
+from cdclake.config import PipelineConfig
+from cdclake.errors import SchemaChangeError, SilverError
+from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, tombstone_table, window_filter
+from cdclake.silver.history import apply_history
+from cdclake.silver.keys import carry_over, has_moves, keyed_rows, replay_rows, with_tombstones
+from cdclake.silver.merge import MERGE_VIEW, merge_into, merge_source
+from cdclake.silver.tables import (TableResult, after_truncate, apply_truncates, batch_schema, ensure_silver_table,
+                                   has_key_changes, mark_key_changes, new_table_options, open_silver_table,
+                                   record_tombstones)
+from cdclake.silver.transactions import complete_changes
+from cdclake.window import Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["SchemaChangeError", "SilverError", "SourceTable", "TableResult", "apply_table", "build_silver",
+           "ensure_silver_table", "silver_table", "tombstone_table"]
+
+log = logging.getLogger(__name__)
+
+
+def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, name: str, rows: "DataFrame",
+                 result: TableResult) -> tuple[list[str], dict[str, str], "DataFrame"]:
+    """``(pk, types, keyed)`` of a batch's bronze ``rows``: its key and column types
+    (:func:`cdclake.silver.tables.batch_schema`), with silver table ``name`` created or evolved to
+    hold them, and its rows keyed (:func:`cdclake.silver.keys.keyed_rows`; in hard-delete mode
+    with the recorded tombstones of its keys), computed once."""
+    pk, types = batch_schema(rows, name)
+    types = ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st))
+    keyed = keyed_rows(rows, pk)
+    if cfg.silver.delete_mode == "hard":
+        keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
+    return pk, types, materialize(keyed)
+
+
+def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, changes: "DataFrame",
+                landed: Optional["DataFrame"] = None, history: bool = False) -> TableResult:
+    """Merge one source table's changes (bronze rows) into its silver table.
+
+    ``landed``: every landed bronze change of the table (all hours). With it, changes of a key
+    that an earlier batch's key change moved are replayed with that key change
+    (:func:`cdclake.silver.keys.replay_rows`); with ``history`` too, the SCD type 2 history of the
+    keys the changes touch is recomputed (:mod:`cdclake.silver.history`). Raises
+    :class:`SchemaChangeError` for an incompatible type change, :class:`SilverError` when the
+    silver table's name belongs to another source table
+    (:data:`cdclake.lake.SOURCE_TABLE_PROPERTY`); Spark errors propagate.
+    """
+    st, name = open_silver_table(spark, cfg, st)
+    result = TableResult(table=name)
+    changes = materialize(changes)
+    result.changes = changes.count()
+    truncated_at = apply_truncates(spark, cfg, st, name, changes, result)  # this batch's or an earlier one
+    rows = after_truncate(changes, truncated_at)
+    if not rows.take(1):
+        return result
+    pk, types, keyed = _keyed_batch(spark, cfg, st, name, rows, result)
+    had_key_changes = has_key_changes(spark, name)  # only then can a late change sit under a merged one
+    if landed is not None and had_key_changes:
+        extra = replay_rows(spark, cfg, name, keyed, rows, after_truncate(landed, truncated_at), pk, types)
+        if extra is not None:
+            rows = materialize(rows.unionByName(extra))
+            pk, types, keyed = _keyed_batch(spark, cfg, st, name, rows, result)
+    if has_moves(keyed):
+        if not had_key_changes:
+            mark_key_changes(spark, name)
+        keyed = materialize(carry_over(spark, name, keyed, pk, types))
+    src = merge_source(keyed, len(pk), truncated_at)
+    counts = merge_into(spark, cfg, name, src, pk, types)
+    result.upserts, result.deletes = counts["upsert"], counts["delete"]
+    if cfg.silver.delete_mode == "hard":
+        record_tombstones(spark, cfg, st, MERGE_VIEW, len(pk))
+    if history and landed is not None:
+        result.history_versions = apply_history(spark, cfg, st.silver_name, rows, landed, pk, types, result)
+    log.info("silver %s: %d changes -> %d keys upserted, %d deleted%s", name, result.changes, result.upserts,
+             result.deletes, " (truncated)" if result.truncated else "")
+    return result
+
+
+def source_tables(bronze: "DataFrame", prefixes: dict[str, str]) -> list[tuple[SourceTable, list[str]]]:
+    """Distinct source tables in ``bronze`` with the topics they came from."""
+    from pyspark.sql import functions as F
+
+    rows = (bronze.groupBy("source_database", "source_schema", "source_table", "kafka_topic").agg(F.count("*"))
+            .collect())
+    out: dict[SourceTable, list[str]] = {}
+    for r in rows:
+        st = SourceTable(prefixes.get(r["kafka_topic"], ""), r["source_database"], r["source_schema"], r["source_table"])
+        out.setdefault(st, []).append(r["kafka_topic"])
+    return sorted(out.items(), key=lambda kv: kv[0].silver_name)
+
+
+def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> list[TableResult]:
+    """Merge the window's bronze changes of the selected topics into silver, table by table.
+
+    Raises :class:`SilverError` listing the tables that failed, after all others are merged.
+    """
+    from pyspark.sql import functions as F
+
+    topics = list(window.topics or cfg.topics())
+    prefixes = {s.topic: s.table_prefix for s in cfg.sources}
+    with_history = {s.topic for s in cfg.sources if s.history}
+    every = spark.table(qualified(cfg, BRONZE_TABLE))
+    if cfg.silver.complete_transactions:
+        bronze, _held = complete_changes(spark, cfg, every, window, topics)
+    else:
+        bronze = every.where(window_filter(window, topics))
+    results, errors = [], []
+    for st, st_topics in source_tables(bronze, prefixes):
+        same = (F.col("source_database").eqNullSafe(F.lit(st.database)) & F.col("source_schema").eqNullSafe(F.lit(st.schema))
+                & (F.col("source_table") == F.lit(st.table)) & F.col("kafka_topic").isin(st_topics))
+        try:
+            results.append(apply_table(spark, cfg, st, bronze.where(same), every.where(same),
+                                       history=bool(with_history & set(st_topics))))
+        except Exception as exc:
+            log.error("silver table for %s (topics %s) failed: %s", st, st_topics, describe(exc), exc_info=True)
+            errors.append(f"{st} -> {st.silver_name}: {describe(exc)}")
+    if errors:
+        raise SilverError(f"{len(errors)} table(s) not merged: " + "; ".join(errors))
+    return results

@@ -1,0 +1,175 @@
+"""Collapse a batch to one change per key, and the MERGE that applies it to silver column by column.
+
+Each key's changes collapse into one (:func:`collapse`): the latest change decides delete or
+upsert; the latest insert, snapshot, delete, move, tombstone or truncate is the key's *reset*;
+the image is built column by column from the latest change since the reset carrying each column,
+and remembers which change that was. One ``MERGE INTO`` per table applies the result
+(:func:`merge_sql`): a value replaces the silver value only when it comes from a newer change, and
+neither counts when older than the latest reset.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from cdclake import types as T
+from cdclake.catalog import materialize
+from cdclake.config import PipelineConfig
+from cdclake.faults import kill_point
+from cdclake.lake import LAST_CHANGE_COLUMNS, META_COLUMNS, ORDER_TYPE, SOFT_DELETE_COLUMN
+from cdclake.silver.order import in_struct, latest_change, literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The temporary view holding a table's collapsed batch while it is merged.
+MERGE_VIEW = "_cdc_merge_source"
+
+
+def collapse(rows: "DataFrame", nkeys: int) -> "DataFrame":
+    """One row per key: the net effect for that key of the batch's changes, keyed
+    (:func:`cdclake.silver.keys.keyed_rows`).
+
+    Changes are ordered by ``(source_position, kafka_partition, kafka_offset, row_in_record)``.
+    The latest insert, snapshot, delete or move of a key is its *reset*: changes older than it no
+    longer count. Output columns: ``_k0.._kN``, ``_op`` (``delete`` when the latest change is a
+    delete, else ``upsert``), ``_reset`` (order of the reset, :data:`cdclake.lake.ORDER_TYPE`, or
+    null), ``_img`` (map<string,string>: per column, the value of the latest change since the
+    reset that carries it), ``_ords`` (map<string, order>: the order of that change per column),
+    ``_last_order`` (order of the latest change), ``_before`` (the latest delete's before image),
+    ``_tomb`` (the latest change is a recorded tombstone: nothing new), and the
+    :data:`cdclake.lake.LAST_CHANGE_COLUMNS` of the latest change.
+    """
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    keys = [f"_k{i}" for i in range(nkeys)]
+    w = W.partitionBy(*keys)
+    rows = rows.withColumn("_rst", F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).over(w))
+    last = rows.groupBy(*keys).agg(
+        F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS), F.col("_ord")).alias("_last"),
+        F.max("_rst").alias("_rst"), F.max("_ord").alias("_lord"))
+    o3 = in_struct("_ord").column()
+    img = (rows.where((F.col("_kind") != "delete") & (F.col("_rst").isNull() | (F.col("_ord") >= F.col("_rst"))))
+           .select(*keys, "_ord", o3.alias("_o3"), F.explode("_img").alias("_c", "_v"))
+           .groupBy(*keys, "_c").agg(F.max_by(F.struct("_v", "_o3"), "_ord").alias("_x"))
+           .groupBy(*keys).agg(F.map_from_entries(F.collect_list(F.struct("_c", "_x._v"))).alias("_img"),
+                               F.map_from_entries(F.collect_list(F.struct("_c", "_x._o3"))).alias("_ords")))
+
+    def short(c: str):
+        return F.when(F.col(c).isNotNull(), in_struct(c).column())
+
+    return last.join(img, keys, "left").select(
+        *keys, F.when(F.col("_last._kind") == "delete", "delete").otherwise("upsert").alias("_op"),
+        short("_rst").alias("_reset"), short("_lord").alias("_last_order"),
+        F.coalesce("_img", F.create_map().cast("map<string,string>")).alias("_img"),
+        F.coalesce("_ords", F.create_map().cast(f"map<string,{ORDER_TYPE}>")).alias("_ords"),
+        F.col("_last._before").alias("_before"), F.col("_last._tomb").alias("_tomb"),
+        *[F.col(f"_last.{c}").alias(c) for c in LAST_CHANGE_COLUMNS])
+
+
+def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str]) -> str:
+    """The ``MERGE INTO`` statement applying a collapsed batch (view ``view``, :func:`collapse`) to ``name``.
+
+    Column by column: a value from the batch replaces the silver value when it comes from a newer
+    change than the silver value did (``_cdc_column_positions``, else the row's position), and
+    neither counts when it is older than the latest reset of the key (``_cdc_reset`` or the
+    batch's). So a late partial update still sets its columns unless a newer change set them, and
+    a late insert fills only what newer updates did not set. A delete newer than everything in
+    silver deletes the row (soft-delete mode: flags it). Every identifier is quoted; column names
+    reach SQL only as quoted identifiers or string literals.
+    """
+    q, lit = T.quote_ident, T.sql_string
+    on = " AND ".join(f"t.{q(k)} = {T.sql_cast(f's._k{i}', types[k])}" for i, k in enumerate(pk))
+    t_last = latest_change("t").sql()
+    newer = f"(t._cdc_position IS NULL OR {t_last} < s._last_order)"
+    reset = "greatest(t._cdc_reset, s._reset)"
+    data_cols = [c for c in types if c not in pk]
+
+    def t_order(c: str) -> str:
+        """The order of the change that set silver's value of column ``c``."""
+        return (f"(CASE WHEN map_contains_key(t._cdc_column_positions, {lit(c)}) "
+                f"THEN t._cdc_column_positions[{lit(c)}] ELSE {t_last} END)")
+
+    def chosen(c: str) -> tuple[str, str]:
+        """(value, order) of column ``c`` after the merge of a matched row."""
+        ot = t_order(c)
+        os_ = f"s._ords[{lit(c)}]"
+        t_ok = f"({ot} IS NOT NULL AND ({reset} IS NULL OR {ot} >= {reset}))"
+        s_ok = f"({os_} IS NOT NULL AND ({reset} IS NULL OR {os_} >= {reset}))"
+        take_s = f"({s_ok} AND (NOT {t_ok} OR {os_} >= {ot}))"  # a tie is the same change again
+        value = f"CASE WHEN {take_s} THEN {T.sql_cast(f's._img[{lit(c)}]', types[c])} WHEN {t_ok} THEN t.{q(c)} END"
+        order = f"CASE WHEN {take_s} THEN {os_} WHEN {t_ok} THEN {ot} END"
+        return value, order
+
+    def positions(orders: dict[str, str], last: str) -> str:
+        """Per-column positions to store: those that differ from the row's own (null: never set)."""
+        if not orders:
+            return f"CAST(map() AS MAP<STRING,{ORDER_TYPE}>)"
+        entries = ", ".join(f"{lit(c)}, {o}" for c, o in orders.items())
+        return f"map_filter(map({entries}), (k, v) -> NOT (v <=> {last}))"
+
+    new_last = f"greatest({t_last}, s._last_order)"
+    picked = {c: chosen(c) for c in data_cols}
+    sets = [f"t.{q(c)} = {v}" for c, (v, _) in picked.items()]
+    sets += [f"t.{c} = CASE WHEN {newer} THEN s.{c} ELSE t.{c} END" for c in LAST_CHANGE_COLUMNS]
+    sets += [f"t._cdc_reset = {reset}",
+             f"t._cdc_column_positions = {positions({c: o for c, (_, o) in picked.items()}, new_last)}"]
+
+    def fresh(c: str) -> str:
+        return (f"CASE WHEN s._ords[{lit(c)}] IS NOT NULL AND (s._reset IS NULL OR s._ords[{lit(c)}] >= s._reset) "
+                f"THEN {T.sql_cast(f's._img[{lit(c)}]', types[c])} END")
+
+    insert_cols = [q(c) for c in types] + list(META_COLUMNS)
+    insert_vals = [T.sql_cast(f"s._k{pk.index(c)}", types[c]) if c in pk else fresh(c) for c in types]
+    insert_vals += [f"s.{c}" for c in LAST_CHANGE_COLUMNS]
+    insert_vals += ["s._reset", positions({c: f"s._ords[{lit(c)}]" for c in data_cols}, "s._last_order")]
+    soft = cfg.silver.delete_mode == "soft"
+    if soft:
+        sets.append(f"t.{SOFT_DELETE_COLUMN} = CASE WHEN {newer} THEN s._op = 'delete' ELSE t.{SOFT_DELETE_COLUMN} END")
+        insert_cols.append(SOFT_DELETE_COLUMN)
+        insert_vals.append("s._op = 'delete'")
+        # a row first seen deleted shows the delete's before image
+        insert_vals = [T.sql_cast(f"s._k{pk.index(c)}", types[c]) if c in pk else
+                       f"CASE WHEN s._op = 'delete' THEN {T.sql_cast(f's._before[{lit(c)}]', types[c])} ELSE {fresh(c)} END"
+                       for c in types] + insert_vals[len(types):]
+        on_delete = (f"WHEN MATCHED AND s._op = 'delete' AND {newer} THEN UPDATE SET "
+                     + ", ".join([f"t.{SOFT_DELETE_COLUMN} = true", f"t._cdc_reset = {reset}"]
+                                 + [f"t.{c} = s.{c}" for c in LAST_CHANGE_COLUMNS]
+                                 # the flagged row's values keep the positions they had (a key
+                                 # change from this key carries them: carry_over)
+                                 + [f"t._cdc_column_positions = "
+                                    f"{positions({c: t_order(c) for c in data_cols}, 's._last_order')}"]))
+        not_matched = "WHEN NOT MATCHED THEN"
+    else:
+        on_delete = f"WHEN MATCHED AND s._op = 'delete' AND {newer} THEN DELETE"
+        not_matched = "WHEN NOT MATCHED AND s._op = 'upsert' THEN"
+    return (f"MERGE INTO {name} t USING {view} s ON {on} "
+            f"{on_delete} "
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(sets)} "
+            f"{not_matched} INSERT ({', '.join(insert_cols)}) VALUES ({', '.join(insert_vals)})")
+
+
+def merge_source(keyed: "DataFrame", nkeys: int, truncated_at: Optional[tuple]) -> "DataFrame":
+    """What to merge: the collapsed batch (:func:`collapse`) without the keys whose latest change is
+    a recorded tombstone, the latest truncate ``truncated_at`` (``(position, partition, offset)``,
+    or None) a reset of every key; computed once (:func:`cdclake.catalog.materialize`)."""
+    from pyspark.sql import functions as F
+
+    src = collapse(keyed, nkeys).where(~F.col("_tomb"))
+    if truncated_at is not None:  # a truncate is a reset of every key
+        src = src.withColumn("_reset", F.greatest(F.col("_reset"), literal(truncated_at).column()))
+    return materialize(src)
+
+
+def merge_into(spark: "SparkSession", cfg: PipelineConfig, name: str, src: "DataFrame", pk: list[str],
+               types: dict[str, str]) -> dict[str, int]:
+    """MERGE ``src`` (:func:`merge_source`) into silver table ``name`` (:func:`merge_sql`), leaving
+    it in the view :data:`MERGE_VIEW`; return the keys it upserts and deletes, ``{"upsert": n,
+    "delete": n}``."""
+    from pyspark.sql import functions as F
+
+    counts = {r["_op"]: r["n"] for r in src.groupBy("_op").agg(F.count("*").alias("n")).collect()}
+    src.createOrReplaceTempView(MERGE_VIEW)
+    spark.sql(merge_sql(cfg, name, MERGE_VIEW, pk, types))
+    kill_point("silver.merged")
+    return {op: int(counts.get(op, 0)) for op in ("upsert", "delete")}
