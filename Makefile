@@ -1,6 +1,7 @@
 # Batch CDC lakehouse pipeline: Kafka -> raw -> bronze -> Iceberg silver, on Airflow and Spark.
 #   make demo   - fresh machine to a finished demo run (venv, broker, catalog, Airflow DAG run, checks)
 #   make test   - the test suite (real broker, real Iceberg catalog, real Spark, real Airflow)
+#   make imports - the layer contract alone (.importlinter; also the first step of make test)
 #   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
 #   make bench-profile - the parsers alone with a cProfile listing (PROFILE_ARGS="--events 50000")
 SHELL := /bin/bash
@@ -12,7 +13,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo test bench bench-profile airflow airflow-stop stack stack-down lock clean
+.PHONY: all deps venv demo test imports bench bench-profile airflow airflow-stop stack stack-down lock clean
 
 all: test
 
@@ -40,8 +41,12 @@ stack-down:
 demo: venv
 	$(PY) -m cdclake.demo
 
-test: venv
+test: venv imports
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15
+
+# The layer contract of .importlinter: every import runs downward, none in a circle.
+imports: venv
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 # PyFlink, the benchmark's peer, pins packages the pipeline does not use: it gets its own venv.
 FLINK_VENV := .venv-flink
