@@ -15,6 +15,7 @@ import pickle
 from typing import Optional
 
 import pytest
+from helpers import sample
 
 from cdclake.formats import FORMATS, ParseError, formats, get_parser, parse_all
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
@@ -86,12 +87,8 @@ def rec(value, offset: int = 0) -> KafkaRecord:
     return KafkaRecord("mini", 0, offset, 0, None, data)
 
 
-INSERT = {"op": "insert", "table": "shop.customers", "key": ["id"], "after": {"id": 1, "name": "Ann"}, "seq": 7,
-          "ts": 1700000000000}
-UPDATE = {"op": "update", "table": "shop.customers", "key": ["id"], "before": {"id": 1, "name": "Ann"},
-          "after": {"id": 1, "name": "Anne"}, "seq": 8, "ts": 1700000000001}
-DELETE = {"op": "delete", "table": "shop.customers", "key": ["id"], "before": {"id": 1}, "seq": 9}
-DDL = {"op": "ddl", "table": "shop.customers", "sql": "ALTER TABLE customers ADD email text"}
+# step 4: the format's sample messages are files under tests/samples/<vendor>/
+INSERT, UPDATE, DELETE, DDL = (json.loads(sample("mini", f"{name}.json")) for name in ("insert", "update", "delete", "ddl"))
 
 
 def test_the_format_is_in_the_closed_list_only_while_patched(mini):
