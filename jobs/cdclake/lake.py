@@ -228,7 +228,32 @@ def _row_builder() -> Callable[[ChangeRecord, tuple], tuple]:
     return scope["bronze_row"]
 
 
+def _staged_builder() -> Callable[[tuple, tuple], tuple]:
+    """:func:`staged_row`, written out from :data:`BRONZE_COLUMNS` as :func:`_row_builder` writes
+    :func:`bronze_row`. For today's fields::
+
+        def staged_row(t, kcols):
+            return (t[0], t[1], t[2], t[3], t[4], *t[5], *t[6], t[7], *t[8], t[9], t[10], t[11], t[12],
+                    t[13], *kcols, t[14], t[15])
+    """
+    parts = []
+    for i, (n, t, _) in enumerate(_FIELDS):
+        if i == _SPLIT:
+            parts.append("*kcols")
+        parts.append(f"*t[{i}]" if t.startswith("map<") else f"t[{i}]")
+    if _SPLIT == len(_FIELDS):
+        parts.append("*kcols")
+    scope = {"__name__": __name__}
+    exec(f"def staged_row(t, kcols):\n    return ({', '.join(parts)})\n", scope)
+    return scope["staged_row"]
+
+
 bronze_row = _row_builder()
+staged_row = _staged_builder()
+staged_row.__doc__ = """The staged bronze row tuple (:data:`STAGED_SCHEMA`) of a change row of a columnar fast path
+(:mod:`cdclake.formats.columnar`: the ChangeRecord fields in order, maps as (keys, values) pairs,
+arrays as lists) and ``kcols`` (the values of :data:`KAFKA_COLUMNS`). ``staged_row`` of a fast
+path's change row equals :func:`bronze_row` of the ChangeRecord ``parse`` gives."""
 bronze_row.__doc__ = """The staged bronze row tuple of ChangeRecord ``c`` (:data:`STAGED_SCHEMA`; ``kcols``: the
 values of :data:`KAFKA_COLUMNS`): maps as key and value lists (None: both None), arrays as lists
 (the position as ints, which Arrow writes as ``decimal(38,0)`` exactly). Raises ``TypeError`` for

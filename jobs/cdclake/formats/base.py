@@ -160,6 +160,17 @@ class FormatParser:
             step(event)
         return self.build(event)
 
+    #: Whether :meth:`fast_parse` reads batches (a format with a columnar fast path sets it).
+    FAST_PATH = False
+
+    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+        """The columnar fast path (:mod:`cdclake.formats.columnar`): for each record of the batch,
+        its changes as change rows when the fast path reads it exactly, or None when :meth:`parse`
+        must read it (the reference: its result, control record or error). For a record it reads,
+        ``fast_parse`` gives what ``parse`` gives, change for change. Never raises for a record.
+        Default: no fast path, every entry None."""
+        return [None] * len(records)
+
     # -- hooks ----------------------------------------------------------------------------------
 
     def is_tombstone(self, value: Optional[bytes]) -> bool:

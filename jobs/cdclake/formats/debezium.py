@@ -25,6 +25,7 @@ import json
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images
 from cdclake.formats.connect import (TOAST_PLACEHOLDERS, ConnectJsonParser, connect_converter, connect_text,
                                      connect_type, key_fields, struct_fields)
 from cdclake.formats.fields import element, kafka_key_text, name_text, optional_element, table_name
@@ -32,8 +33,9 @@ from cdclake.formats.json_values import read_key
 from cdclake.formats.lindorm import LINDORM, is_lindorm
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import ABSENT, coerce_text, convert_image, text_converter
-from cdclake.positions import binlog_file_number, pg_lsn
-from cdclake.record import ControlRecord, ParseError, ParseResult
+from cdclake.positions import MAX_ELEMENT, binlog_file_number, pg_lsn
+from cdclake.names import check_names
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "debezium-json"
@@ -44,6 +46,16 @@ _DDL_FIELDS = ("ddl", "tableChanges", "historyRecord")
 _DELETE_HINT = "send Kafka keys holding the key columns"
 _DELETE_HINT_PG = "set REPLICA IDENTITY FULL on the PostgreSQL table or send Kafka keys"
 _POSITION = "cannot read position: "
+#: The payload members a change the fast path reads may hold (any other member, ``unique``,
+#: ``message_type``, ``status``, ``ddl`` ..., sends the record to the per-record parser).
+_FAST_MEMBERS = frozenset(("before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"))
+_FAST_OPS = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot"}
+_TOAST = frozenset(TOAST_PLACEHOLDERS)
+#: Kafka keys read by the fast path, kept per parser (keys repeat: one per row of the source table).
+_MAX_KEYS = 65536
+#: Values per batch the fast path reads whole to learn an envelope it has not met.
+_MAX_LEARNT = 16
+_UNSET = object()
 
 
 class _TablePlan:
@@ -64,9 +76,9 @@ class _TablePlan:
         self.key_override = options.key_override(database, schema_name, table)
         self._converters: dict[str, Callable[[Any], Any]] = {}
 
-    def convert(self, col: str, value: Any) -> Any:
-        """Canonical text of ``value`` in column ``col``, or :data:`ABSENT` for the TOAST
-        placeholder (``ValueError`` when it does not fit)."""
+    def converter(self, col: str) -> Callable[[Any], Any]:
+        """The converter of column ``col`` (JSON value → canonical text), TOAST placeholders not
+        handled: the column's Connect schema's, else its canonical type's, else :func:`to_text`."""
         conv = self._converters.get(col)
         if conv is None:
             if col in self.col_schemas:
@@ -76,6 +88,12 @@ class _TablePlan:
             else:
                 conv = to_text
             self._converters[col] = conv
+        return conv
+
+    def convert(self, col: str, value: Any) -> Any:
+        """Canonical text of ``value`` in column ``col``, or :data:`ABSENT` for the TOAST
+        placeholder (``ValueError`` when it does not fit)."""
+        conv = self._converters.get(col) or self.converter(col)
         # connect.is_toast, inline: this runs for every value
         if value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value):
             return ABSENT
@@ -221,6 +239,25 @@ class DebeziumJsonParser(ConnectJsonParser):
     """
 
     format_name = FORMAT
+    FAST_PATH = True
+    _LEARNT = ConnectJsonParser._LEARNT + ("_fast_keys", "_fast_names")
+
+    def _forget(self) -> None:
+        super()._forget()
+        self._fast_keys: dict = {}
+        self._fast_names: dict = {}
+
+    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+        """The columnar fast path (:mod:`cdclake.formats.columnar`) for change events whose
+        envelope the value reader has met (a record read whole first teaches it), of a known
+        shape: a payload of ``before``, ``after``, ``source``, ``op`` (c, u, d, r), ``ts_ms``
+        (``ts_us``, ``ts_ns``) and ``transaction`` only, a non-Lindorm ``source`` with text names,
+        images holding exactly the envelope's columns in its order, a Kafka key whose columns are
+        the primary key (or a configured key). Each image column is converted over the batch by
+        the table plan's converters; the key, the delete image, the position and the names go
+        through the functions :meth:`parse` calls. Anything else (and any value a converter
+        refuses) gives None: :meth:`parse` reads that record."""
+        return _fast_parse(self, records)
 
     def source_block(self, payload: dict) -> dict:
         """The ``source`` block (``{}`` when it is not an object)."""
@@ -309,3 +346,147 @@ class DebeziumJsonParser(ConnectJsonParser):
         event.ts_ms = optional_element(FORMAT, ts, "source.ts_ms")
         event.tx_id = None if tx_id is None else str(tx_id)
         event.tx_seq = optional_element(FORMAT, transaction.get("total_order"), "transaction.total_order")
+
+
+def _fast_parse(parser: DebeziumJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    """:meth:`DebeziumJsonParser.fast_parse`: see there."""
+    out: list[Optional[list[tuple]]] = [None] * len(records)
+    kept, decode = parser._reader.kept_prefix, JSON.decode
+    groups: dict[tuple, list[tuple]] = {}
+    learning = _MAX_LEARNT
+    for i, rec in enumerate(records):
+        raw = rec.value
+        if not raw or raw[-1:] != b"}":
+            continue
+        prefix = kept(raw)
+        if prefix is None:
+            if learning <= 0:
+                continue
+            learning -= 1  # a value read whole teaches the reader its envelope (as parse() would)
+            try:
+                parser._reader.load(raw)
+            except Exception:  # noqa: BLE001  (parse() reports it)
+                continue
+            prefix = kept(raw)
+            if prefix is None:
+                continue
+        length, schema, envelope = prefix
+        try:
+            payload = decode(raw[length:-1])
+        except ValueError:
+            continue
+        if type(payload) is not dict or not payload.keys() <= _FAST_MEMBERS:
+            continue
+        op, source = payload.get("op"), payload.get("source")
+        if type(source) is not dict or op not in _FAST_OPS or is_lindorm(source):
+            continue
+        table, db, schema_name = source.get("table"), source.get("db"), source.get("schema")
+        if (type(table) is not str or not table or (db is not None and type(db) is not str)
+                or (schema_name is not None and type(schema_name) is not str)):
+            continue
+        groups.setdefault((envelope, db, schema_name, table), []).append((i, payload, source, schema))
+    for key, members in groups.items():
+        _fast_group(parser, records, key, members, out)
+    return out
+
+
+def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
+                out: list) -> None:
+    """The changes of one table plan's records (``members``: index, payload, source, schema) into ``out``."""
+    envelope, db, schema_name, table = key
+    try:
+        plan = parser.kept(key, _TablePlan, parser.options, members[0][3], db, schema_name, table)
+    except (TypeError, AttributeError, ValueError):
+        return
+    columns = tuple(plan.col_schemas)
+    converters = [plan.converter(c) for c in columns]
+    types = dict(plan.types)
+    types_pair = (list(types), list(types.values()))
+    befores, before_refused = convert_images([m[1].get("before") for m in members], columns, converters, _TOAST)
+    afters, after_refused = convert_images([m[1].get("after") for m in members], columns, converters, _TOAST)
+    names = list(columns)
+    keys = parser._fast_keys
+    checked: dict[tuple, bool] = parser._fast_names
+    where: dict[tuple, Optional[list[int]]] = {}  # primary key → its columns' indices in ``names``
+    for j, (i, payload, source, _) in enumerate(members):
+        if j in before_refused or j in after_refused:
+            continue
+        op = _FAST_OPS[payload["op"]]
+        before, after = befores[j], afters[j]
+        if after is None and op != "delete":
+            continue
+        raw_key = records[i].key
+        try:
+            read = keys[raw_key]
+        except KeyError:
+            read = read_key(raw_key, parser._key_reader)
+            if len(keys) >= _MAX_KEYS:
+                keys.clear()
+            keys[raw_key] = read
+        except TypeError:  # a key that is not bytes
+            continue
+        pk = plan.key_override or (list(read[0]) if read else None)
+        if not pk:
+            continue
+        try:
+            if op == "delete":
+                key_text = None
+                if read:
+                    values, key_schema = read
+                    key_text = kafka_key_text(FORMAT, values, _key_value_text,
+                                              key_fields(key_schema, strict=False) or plan.col_schemas, types)
+                image = key_delete_image(FORMAT, pk, None if before is None else dict(zip(names, before)), key_text,
+                                         "before", _DELETE_HINT)
+                before_pair = (list(image), list(image.values()))
+                if any(image.get(k) is None for k in pk):
+                    continue
+                name_key = (key, tuple(pk), tuple(image))
+            else:
+                name_key = (key, tuple(pk))
+                at = where.get(name_key, _UNSET)
+                if at is _UNSET:
+                    at = where[name_key] = [names.index(k) for k in pk] if set(pk) <= set(names) else None
+                if at is None or any(after[k] is None for k in at):
+                    continue
+                before_pair = NO_MAP if before is None else (names, before)
+            transaction = payload.get("transaction")
+            if type(transaction) is not dict:
+                transaction = {}
+            tx_id = source.get("txId")
+            if tx_id is None:
+                tx_id = transaction.get("id")
+                if tx_id is None:
+                    tx_id = source.get("gtid")
+            ts = source.get("ts_ms")
+            if ts is None:
+                ts = payload.get("ts_ms")
+            if (source.get("connector") == "mysql" and "change_lsn" not in source and "commit_lsn" not in source
+                    and type(source.get("file")) is str and type(source.get("pos")) is int
+                    and type(source.get("row")) is int and 0 <= source["pos"] <= MAX_ELEMENT
+                    and 0 <= source["row"] <= MAX_ELEMENT):
+                file = source["file"]  # source_position's MySQL case (positions below 2**63 here)
+                position = [_binlog_number(file) if file else 0, source["pos"], source["row"]]
+            else:
+                position = list(source_position(source, payload))
+            if type(ts) is not int or not 0 <= ts <= MAX_ELEMENT:
+                ts = optional_element(FORMAT, ts, "source.ts_ms")
+            tx_seq = transaction.get("total_order")
+            if tx_seq is not None and (type(tx_seq) is not int or not 0 <= tx_seq <= MAX_ELEMENT):
+                tx_seq = optional_element(FORMAT, tx_seq, "transaction.total_order")
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        ok = checked.get(name_key)
+        if ok is None:
+            try:
+                check_names(ChangeRecord(FORMAT, db, schema_name, table, op, dict.fromkeys(before_pair[0] or ()),
+                                         dict.fromkeys(names), pk, types))
+                ok = True
+            except Exception:  # noqa: BLE001
+                ok = False
+            if len(checked) < _MAX_KEYS:
+                checked[name_key] = ok
+        if not ok:
+            continue
+        out[i] = [(FORMAT, db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
+                   list(pk), types_pair, position, ts, None if tx_id is None else str(tx_id), tx_seq, 0,
+                   None, None)]

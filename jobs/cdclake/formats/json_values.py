@@ -117,6 +117,12 @@ class EnvelopeReader:
             envelope = self._learn(raw, schema)
         return payload, schema, envelope
 
+    def kept_prefix(self, raw: bytes) -> Optional[tuple[int, Optional[dict], int]]:
+        """``(prefix length, schema, envelope id)`` of the kept envelope ``raw`` starts with, or
+        None: ``raw[length:-1]`` is then the payload's text, when ``raw`` ends with ``}`` and what
+        lies between is one JSON value (the caller checks both)."""
+        return self._kept(raw)
+
     def _kept(self, raw: bytes) -> Optional[tuple[int, Optional[dict], int]]:
         """``(prefix length, schema, envelope id)`` of the kept prefix ``raw`` starts with (the
         shortest length first seen first), or None. Only prefixes ending as ``raw`` does at their

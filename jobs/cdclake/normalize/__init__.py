@@ -33,7 +33,7 @@ schemas and creation are :mod:`cdclake.lake`'s.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
@@ -57,12 +57,16 @@ __all__ = ["MAX_NESTING_DEPTH", "MAX_VALUE_BYTES", "RawRow", "check_limits", "cl
 log = logging.getLogger(__name__)
 
 
-def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, dict[str, int]]:
+def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
+              paths: Optional[dict] = None) -> dict[str, dict[str, int]]:
     """Parse the window's raw records of the selected topics into bronze, quarantine and control.
 
     Records past the limits of ``cfg.normalize`` (``max_value_bytes``, ``max_nesting_depth``) and
     records that fail in any way are quarantined one by one (see the module docstring).
-    Returns ``{topic: {"raw": n, "changes": rows, "quarantined": n, "control": n}}``.
+    Returns ``{topic: {"raw": n, "changes": rows, "quarantined": n, "control": n}}``. A format
+    with a columnar fast path reads most records with it (:mod:`cdclake.formats.columnar`) and
+    the rest with its per-record parser; the share is logged per topic and, given a dict
+    ``paths``, put there: ``{topic: {"fast_path": records, "per_record": records}}``.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -95,14 +99,23 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dic
             if k == "change":
                 kill_point("normalize.bronze_written")
         # counted on the parsed frame the writes took their rows from (the gate counts the tables)
+        fast = {}
         for r in tagged.groupBy("kafka_topic").agg(
-                F.countDistinct("kafka_partition", "kafka_offset").alias("raw"),
+                F.count(F.when(F.col("_first"), 1)).alias("raw"),
+                F.count(F.when(F.col("_first") & F.col("_fast"), 1)).alias("fast"),
                 *[F.count(F.when(kind == k, 1)).alias(n)
                   for k, n in (("change", "changes"), ("quarantine", "quarantined"), ("control", "control"))]).collect():
             stats[r["kafka_topic"]] = {n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")}
+            fast[r["kafka_topic"]] = int(r["fast"])
+            if paths is not None:
+                paths[r["kafka_topic"]] = {"fast_path": int(r["fast"]), "per_record": int(r["raw"]) - int(r["fast"])}
         for t, s in stats.items():
             log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
                      t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
+            if parsers[t].FAST_PATH and s["raw"]:
+                log.info("normalized topic %s for %s: %d of %d raw records (%.2f%%) read by the per-record parser, "
+                         "the rest by the columnar fast path", t, window, s["raw"] - fast.get(t, 0), s["raw"],
+                         100.0 * (s["raw"] - fast.get(t, 0)) / s["raw"])
             if s["quarantined"]:
                 for q in (tagged.where((kind == "quarantine") & (F.col("kafka_topic") == t))
                           .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):

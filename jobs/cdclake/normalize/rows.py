@@ -9,10 +9,10 @@ fails for one record quarantines that record with a reason naming the format and
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 from cdclake.lake import (CHANGE_PYTHON_TYPES, CONTROL_SCHEMA, QUARANTINE_SCHEMA, STAGED_COLUMNS, STAGED_TO_BRONZE,
-                          arrow_schema, bronze_row, ddl, ddl_columns)
+                          arrow_schema, bronze_row, ddl, ddl_columns, staged_row)
 from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, NOT_OPENING, check_limits
 from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError
 
@@ -151,11 +151,14 @@ def _change_field(result) -> str:
 OUTPUT_COLUMNS = {"change": STAGED_COLUMNS, "quarantine": ddl_columns(QUARANTINE_SCHEMA),
             "control": ddl_columns(CONTROL_SCHEMA)}
 #: The outputs of :func:`classify` as one wide row (:data:`TAGGED_SCHEMA`): ``_kind``
-#: (change/quarantine/control) and the columns of every kind (shared names have one type).
+#: (change/quarantine/control), the columns of every kind (shared names have one type), ``_first``
+#: (the record's first row: one per raw record, what normalize counts) and ``_fast`` (the row
+#: comes from the format's columnar fast path, not the per-record parser).
 _TAGGED: dict[str, str] = {"_kind": "string"}
 for _cols in OUTPUT_COLUMNS.values():
     for _name, _type in _cols:
         assert _TAGGED.setdefault(_name, _type) == _type, _name
+_TAGGED.update({"_first": "boolean", "_fast": "boolean"})
 TAGGED_SCHEMA = ddl(list(_TAGGED.items()))
 
 
@@ -182,25 +185,39 @@ def batch_records(batch) -> Iterator[tuple[tuple, KafkaRecord]]:
                            [(h["name"], h["value"]) for h in headers] if headers else []))
 
 
-def tagged_batch(found: dict[str, list[tuple]], schema):
+def tagged_batch(found: dict[str, list[tuple]], schema, fast: Optional[list[tuple]] = None):
     """One Arrow batch of ``schema`` (:func:`tagged_arrow_schema`) from the row tuples of each kind
-    (``{"change": [...], "quarantine": [...], "control": [...]}``), built column by column."""
+    (``{"change": [...], "quarantine": [...], "control": [...]}``, a record's change rows one after
+    the other) and the change rows of the fast path (``fast``: ``(staged row, first)`` pairs),
+    built column by column."""
     import pyarrow as pa
 
-    columns = {kind: list(zip(*rows)) for kind, rows in found.items()}
+    fast = fast or []
+    kinds = dict(found)
+    kinds["fast"] = [r for r, _ in fast]
+    columns = {kind: list(zip(*rows)) for kind, rows in kinds.items()}
+    slots = dict(_SLOTS, fast=_SLOTS["change"])
+    changes = found["change"]
+    t, p, o = (_SLOTS["change"][n] for n in ("kafka_topic", "kafka_partition", "kafka_offset"))
+    first_change = [i == 0 or r[o] != changes[i - 1][o] or r[p] != changes[i - 1][p] or r[t] != changes[i - 1][t]
+                    for i, r in enumerate(changes)]
     arrays = []
     for f in schema:
         values: list = []
-        for kind, rows in found.items():
+        for kind, rows in kinds.items():
             if f.name == "_kind":
-                values += [kind] * len(rows)
-            elif f.name in _SLOTS[kind] and rows:
-                values += columns[kind][_SLOTS[kind][f.name]]
+                values += ["change" if kind == "fast" else kind] * len(rows)
+            elif f.name == "_fast":
+                values += [kind == "fast"] * len(rows)
+            elif f.name == "_first":
+                values += (first_change if kind == "change" else [first for _, first in fast] if kind == "fast"
+                           else [True] * len(rows))
+            elif f.name in slots[kind] and rows:
+                values += columns[kind][slots[kind][f.name]]
             else:
                 values += [None] * len(rows)
         arrays.append(pa.array(values, type=f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
 
 
 def writable_rows(found: dict[str, list[tuple]], schema, parsers: dict, items_by_topic: dict) -> dict[str, list[tuple]]:
@@ -282,15 +299,59 @@ def parse_batches(parsers: dict, schema, batches, max_value_bytes: int = MAX_VAL
             for item in batch_records(batch):
                 by_topic.setdefault(item[0][0], []).append(item)
             found: dict[str, list[tuple]] = {"change": [], "quarantine": [], "control": []}
+            fast: list[tuple] = []
             for topic, items in by_topic.items():
-                for kind, row in classify_records(parsers[topic], items, max_value_bytes, max_nesting_depth):
+                parser = parsers[topic]
+                if parser.FAST_PATH:
+                    items = fast_rows(parser, items, fast, max_value_bytes, max_nesting_depth)
+                for kind, row in classify_records(parser, items, max_value_bytes, max_nesting_depth):
                     found[kind].append(row)
             try:
-                out = tagged_batch(found, schema)
+                out = tagged_batch(found, schema, fast)
             except Exception:  # noqa: BLE001  (one record's value fails its whole column)
+                for row, _ in fast:  # the per-record rows of the fast path's records: the same rows
+                    found["change"].append(row)
                 out = tagged_batch(writable_rows(found, schema, parsers, by_topic), schema)
         finally:
             if enabled:
                 gc.enable()
         yield out
 
+
+def fast_rows(parser, items: list[tuple[tuple, KafkaRecord]], fast: list[tuple], max_value_bytes: int = MAX_VALUE_BYTES,
+              max_nesting_depth: int = MAX_NESTING_DEPTH) -> list[tuple[tuple, KafkaRecord]]:
+    """Read ``(kafka columns, KafkaRecord)`` pairs with the parser's columnar fast path
+    (:meth:`cdclake.formats.base.FormatParser.fast_parse`): append ``(staged change row, first)``
+    to ``fast`` for each change of a record it reads (``first``: the record's first row) and return
+    the pairs it leaves to :func:`classify_records`, in their order. Records that may be past the
+    limits (:func:`check_limits`) are left to it unread; so are tombstones."""
+    is_json = parser.format_name.endswith("-json")
+    offered, rest = [], []
+    for item in items:
+        rec = item[1]
+        value, key = rec.value, rec.key
+        if (not value or len(value) > max_value_bytes or is_json and len(value.translate(None, NOT_OPENING))
+                > max_nesting_depth or key is not None and (len(key) > max_value_bytes or is_json and
+                                                           len(key.translate(None, NOT_OPENING)) > max_nesting_depth)):
+            rest.append(item)
+        else:
+            offered.append(item)
+    if not offered:
+        return rest
+    try:
+        results = parser.fast_parse([rec for _, rec in offered])
+    except Exception:  # noqa: BLE001  (a fast path's bug: the per-record parser reads the batch)
+        return items
+    left = []
+    for item, result in zip(offered, results):
+        if result is None:
+            left.append(item)
+            continue
+        kcols = item[0]
+        for n, change in enumerate(result):
+            fast.append((staged_row(change, kcols), n == 0))
+        if not result:
+            left.append(item)  # no change: the per-record parser says what the record is
+    if rest:  # keep the records' order: rows of the per-record parser are grouped by record anyway
+        left = rest + left
+    return left

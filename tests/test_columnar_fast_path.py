@@ -1,0 +1,216 @@
+"""The columnar fast path of normalize gives, record by record, exactly what the per-record parser gives.
+
+Each batch of raw records runs through :func:`cdclake.normalize.parse_batches` twice: with the
+formats' fast paths (:meth:`cdclake.formats.base.FormatParser.fast_parse`) and with the
+per-record parsers alone (the reference). Every record must give the same output rows (change,
+quarantine and control rows, quarantine reasons included; only ``_fast`` and the quarantine time
+may differ), on simulated hours of every format with a fast path, and on unusual and malformed
+variants of their messages: those of ``tests/test_parse_fast_paths.py`` and more aimed at what
+the fast path checks (positions, keys, names, placeholders, numbers a JSON parser may read
+differently). The fast path must also read most of a simulated hour: else the equality is empty.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+from test_normalize_containment import LANDED, RAW, TAGGED
+from test_parse_fast_paths import _dumps, _first, _variants
+
+from cdclake.formats import FORMATS, get_parser
+from cdclake.normalize import parse_batches
+from cdclake.sim import SimulatedSource, debezium_json
+FAST_FORMATS = sorted(name for name, cls in FORMATS.items() if cls.FAST_PATH)
+
+
+def _batches(records: list[tuple], size: int) -> list[pa.RecordBatch]:
+    """Raw table batches of ``size`` records of ``(partition, key, value)``, offsets per partition."""
+    offsets: dict[int, int] = defaultdict(int)
+    rows = []
+    for part, key, value in records:
+        rows.append({"kafka_topic": "t", "kafka_partition": part, "kafka_offset": offsets[part],
+                     "kafka_timestamp_ms": 1_704_067_200_000 + len(rows), "key": key, "value": value, "headers": [],
+                     "landed_hour": LANDED})
+        offsets[part] += 1
+    return [pa.RecordBatch.from_pylist(rows[i:i + size], schema=RAW) for i in range(0, len(rows), size)]
+
+
+def _outcomes(fmt: str, batches: list, fast: bool, options=None) -> tuple[dict, int]:
+    """``({(partition, offset): [row without _fast and quarantined_at]}, records read by the fast path)``."""
+    parser = get_parser(fmt, options)
+    if not fast:
+        parser.FAST_PATH = False
+    out, read_fast = defaultdict(list), 0
+    for b in parse_batches({"t": parser}, TAGGED, batches):
+        assert b.schema == TAGGED
+        for row in b.to_pylist():
+            read_fast += bool(row["_fast"] and row["_first"])
+            if not fast:
+                assert row["_fast"] is False
+            row = {k: v for k, v in row.items() if k not in ("_fast", "quarantined_at")}
+            out[(row["kafka_partition"], row["kafka_offset"])].append(row)
+    return out, read_fast
+
+
+def assert_same(fmt: str, records: list[tuple], size: int = 97, options=None) -> int:
+    """Both runs give the same rows for every record; returns how many the fast path read."""
+    batches = _batches(records, size)
+    fast, read_fast = _outcomes(fmt, batches, True, options)
+    slow, _ = _outcomes(fmt, batches, False, options)
+    assert set(fast) == set(slow)
+    differ = [(k, fast[k], slow[k]) for k in slow if fast[k] != slow[k]]
+    assert not differ, differ[:2]
+    assert sum(r["_first"] for rows in slow.values() for r in rows) == len(records)
+    return read_fast
+
+
+def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
+    src = SimulatedSource(seed=seed, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=hours)
+    return [(m.partition, m.key, m.value) for m in debezium_json(src.run(), src.tables, partitions=partitions)]
+
+
+def test_every_format_with_a_fast_path_is_tested_here():
+    assert FAST_FORMATS == ["debezium-json"]
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+@pytest.mark.parametrize("size", [1, 50, 1000])
+def test_debezium_simulated_hours_are_read_alike(seed, size):
+    records = _simulated(seed)
+    read_fast = assert_same("debezium-json", records, size)
+    if size > 1:  # one record per batch: each batch teaches the envelope the next one reads
+        assert read_fast >= 0.8 * len(records), (read_fast, len(records))
+
+
+def test_debezium_with_configured_keys_and_types_is_read_alike():
+    options = {"column_types": {"name": "int", "shop.customers": {"email": "date"}},
+               "primary_keys": {"customers": ["email"], "orders": ["id", "customer_id"]}}
+    assert_same("debezium-json", _simulated(14, hours=1), 64, options)
+
+
+def _more_variants(messages) -> list[tuple]:
+    """Variants aimed at what the fast path checks itself."""
+    ins_key, ins = _first(messages, "c")
+    upd_key, upd = _first(messages, "u")
+    del_key, dele = _first(messages, "d")
+    out = []
+
+    def doc(key, d, path=(), **members):
+        d = copy.deepcopy(d)
+        target = d["payload"]
+        for p in path:
+            target = target[p]
+        for k, v in members.items():
+            if v is _DROP:
+                target.pop(k, None)
+            else:
+                target[k] = v
+        out.append((key, _dumps(d)))
+
+    src = ("source",)
+    for pos in (10**40, -1, "12", None, 1.5, True, 2**63):
+        doc(upd_key, upd, src, pos=pos)
+    for row in (None, "0", -3):
+        doc(upd_key, upd, src, row=row)
+    for file in (None, "", 7, "mysql-bin.x", "bin.000009"):
+        doc(upd_key, upd, src, file=file)
+    for ts in (None, -5, 1.5, "17", 10**39):
+        doc(upd_key, upd, src, ts_ms=ts)
+        doc(upd_key, upd, ts_ms=ts)
+    doc(upd_key, upd, src, connector="postgresql", lsn=24023128, sequence='["24023000","24023128"]')
+    doc(upd_key, upd, src, connector="sqlserver", change_lsn="00000027:00000758:0003")
+    doc(upd_key, upd, src, connector=None)
+    doc(upd_key, upd, src, txId=77)
+    doc(upd_key, upd, src, gtid="abc:12")
+    doc(upd_key, upd, src, table="a/b")
+    doc(upd_key, upd, src, table="")
+    doc(upd_key, upd, src, db=3)
+    doc(upd_key, upd, src, db=None)
+    doc(upd_key, upd, src, schema="public")
+    doc(upd_key, upd, src, namespace="ns", connector=_DROP)
+    doc(upd_key, upd, transaction={"id": "tx1", "total_order": 4, "data_collection_order": 2})
+    doc(upd_key, upd, transaction={"id": None, "total_order": "4"})
+    doc(upd_key, upd, transaction={"total_order": -1})
+    doc(upd_key, upd, transaction=[1])
+    doc(upd_key, upd, ts_us=1, ts_ns=2)
+    doc(upd_key, upd, unique={"id": 1})
+    doc(upd_key, upd, op="r")
+    doc(upd_key, upd, before=None)
+    after = upd["payload"]["after"]
+    first = next(iter(after))
+    for value in ([1, "__debezium_unavailable_value"], {"a": 1}, "__debezium_unavailable_value", 10**30, -0.0, 1e300,
+                  "\u00e9\U0001F600", None, True):
+        doc(upd_key, upd, ("after",), **{c: value for c in list(after)[1:2]})
+    doc(upd_key, upd, ("after",), **{first: None})       # a null key column
+    doc(upd_key, upd, ("after",), **{first: _DROP})      # a missing key column
+    doc(upd_key, upd, ("after",), extra="x")
+    raw = _dumps(upd)
+    out.append((upd_key, raw.replace(b'"after":{', b'"after":{"%s":0,' % first.encode(), 1)))  # duplicate member
+    out.append((upd_key, raw.replace(b'"after":{', b'"after":{"\\ud800":0,', 1)))             # lone surrogate
+    out.append((upd_key, raw.replace(b'"op":"u"', b'"op":"u","op":"c"', 1)))
+    out.append((upd_key, raw.replace(b'"source":{', b'"source":{"pos":1,', 1)))
+    # deletes: the before image and the Kafka key
+    doc(del_key, dele, before=None)
+    doc(del_key, dele, ("before",), **{next(iter(dele["payload"]["before"])): None})
+    doc(del_key, dele, after={})
+    out.append((None, _dumps(dele)))
+    out.append((b"not json", _dumps(dele)))
+    out.append((b'{"id":1,"other":2}', _dumps(dele)))
+    out.append((b'{"id":"1"}', _dumps(upd)))
+    out.append((b"{}", _dumps(upd)))
+    out.append((b"[1]", _dumps(ins)))
+    out.append((ins_key, _dumps(ins).replace(b'"after":{', b'"after":{"x":NaN,', 1)))
+    return out
+
+
+class _Drop:
+    pass
+
+
+_DROP = _Drop()
+
+
+@pytest.fixture(scope="module")
+def debezium_messages():
+    src = SimulatedSource(seed=11, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=2)
+    return [(m.key, m.value) for m in debezium_json(src.run(), src.tables)]
+
+
+@pytest.mark.parametrize("size", [1, 7, 500])
+def test_debezium_variants_are_read_alike(debezium_messages, size):
+    variants = _variants(debezium_messages) + _more_variants(debezium_messages)
+    # the variants after the hour's first messages (the envelopes known) and alone (learnt from them)
+    head = [(0, k, v) for k, v in debezium_messages[:40]]
+    records = head + [(1, k, v) for k, v in variants]
+    assert_same("debezium-json", records, size)
+    assert_same("debezium-json", [(1, k, v) for k, v in variants], size)
+
+
+def test_the_fast_path_reads_numbers_as_json_loads_does(debezium_messages):
+    """Numbers of every size and shape in a ``double`` column (products.weight) and an ``int32`` one
+    (products.stock): msgspec's reading of them against the standard library's."""
+    import random
+    import struct
+
+    rnd = random.Random(5)
+    key, upd = next((k, json.loads(v)) for k, v in debezium_messages
+                    if v and json.loads(v)["payload"].get("op") == "u"
+                    and json.loads(v)["payload"]["source"]["table"] == "products")
+    records = []
+    for _ in range(400):
+        bits = rnd.getrandbits(64)
+        number = rnd.choice([repr(struct.unpack("<d", struct.pack("<Q", bits))[0]), str(bits), str(-bits),
+                             f"{rnd.random()}e{rnd.randint(-330, 330)}", str(rnd.getrandbits(200)),
+                             f"{rnd.randint(-10**6, 10**6)}.{rnd.randint(0, 10**9)}"])
+        if number in ("nan", "inf", "-inf"):
+            continue
+        for col in ("weight", "stock"):
+            d = copy.deepcopy(upd)
+            d["payload"]["after"][col] = "__number__"
+            records.append((0, key, _dumps(d).replace(b'"__number__"', number.encode())))
+    read_fast = assert_same("debezium-json", [(0, k, v) for k, v in debezium_messages[:20]] + records, 50)
+    assert read_fast >= 300
