@@ -93,7 +93,8 @@ def run_format(spark, cfg, sampler: RssSampler, tag: str, start: dt.datetime, ev
 
     topic = topic_of(tag, warm)
     window = Window(start, start + HOUR, (topic,))
-    fns = {"land": land, "normalize": normalize, "silver": build_silver}
+    paths: dict = {}
+    fns = {"land": land, "normalize": lambda *a: normalize(*a, paths=paths), "silver": build_silver}
     out: dict = {"topic": topic, "window": str(window), "stages": {}, "counts": {}}
     label = f"{'warm/' if warm else ''}{tag}"
     with sampler.span(f"{label}/e2e") as e2e:
@@ -111,6 +112,8 @@ def run_format(spark, cfg, sampler: RssSampler, tag: str, start: dt.datetime, ev
                 break
             out["stages"][stage] = figures(s, events)
             out["counts"][stage] = _counts(stage, result, topic)
+            if stage == "normalize" and topic in paths:  # records read by the fast path / the per-record parser
+                out["counts"]["normalize_paths"] = paths[topic]
             if gates:
                 with sampler.span(f"{label}/{stage}_gate") as g:
                     try:
