@@ -193,3 +193,19 @@ def test_land_waits_for_the_settle_time(stack, spark, unique):
     started = time.monotonic()
     assert land(spark, cfg, window) == {topic: 1}
     assert time.monotonic() - started >= 2
+
+
+def test_the_land_gate_reads_kafka_only_where_the_raw_table_lacks_an_offset(stack, unique):
+    """A range the raw table holds at every offset is counted from the offsets and the log start
+    alone; any other is read again. Shown on a range past the log's end: read, it counts the 5
+    records Kafka holds; marked dense, its 6 offsets (the caller vouches for them)."""
+    from cdclake.kafka_ranges import observe_partition
+
+    topic = f"dense.{unique}"
+    produce(stack["bootstrap"], topic, [(0, _h(0) + i, None, f"v{i}") for i in range(5)])
+    read = observe_partition(stack["bootstrap"], topic, 0, [(0, 2), (2, 8)])
+    assert read.records == (2, 3) and read.log_start == 0
+    vouched = observe_partition(stack["bootstrap"], topic, 0, [(0, 2), (2, 8)], dense=[True, True])
+    assert vouched.records == (2, 6)
+    mixed = observe_partition(stack["bootstrap"], topic, 0, [(0, 2), (2, 8)], dense=[True, False])
+    assert mixed.records == (2, 3)

@@ -10,7 +10,9 @@ Frames (one row each per the grain named):
 - land, ``offsets`` (topic, every partition, every hour of the window):
   ``manifest_start``/``manifest_end``/``manifest_records`` (the offset ledger's range; -1 when the
   hour has no range), ``kafka_records`` and ``log_start`` (records Kafka holds now in that range,
-  read again by offset by the gate, and the partition's first offset), ``landed``,
+  and the partition's first offset: the range is read again by offset when the raw table lacks
+  any of its offsets or holds one twice; a range the raw table holds at every offset exactly
+  once needs no read, as Kafka cannot hold a record there the raw table lacks), ``landed``,
   ``landed_distinct``, ``out_of_range`` and ``expired`` (counted in the raw table: rows, distinct
   offsets, offsets outside the range, offsets below the log start), ``landed_present`` (landed
   minus expired).
@@ -77,15 +79,27 @@ def land_frames(cfg: PipelineConfig, window: Window) -> dict:
     start, end = pd.Timestamp(window.start), pd.Timestamp(window.end)
     inside = ledger[(ledger["landed_hour"] >= start) & (ledger["landed_hour"] < end)]
 
+    # A range the raw table holds at every offset exactly once needs no read of Kafka: Kafka holds
+    # nothing there the raw table lacks (its count comes from the log start). Only ranges with
+    # offsets the raw table lacks (compacted records, transaction markers, a loss) are read again.
+    in_range = raw.merge(inside[keys + ["start_offset", "end_offset"]], on=keys, how="inner")
+    in_range = in_range[(in_range["kafka_offset"] >= in_range["start_offset"])
+                        & (in_range["kafka_offset"] < in_range["end_offset"])]
+    held = in_range.groupby(keys).agg(rows=("kafka_offset", "size"), distinct=("kafka_offset", "nunique"))
+    held = {k_: (int(v.rows), int(v.distinct)) for k_, v in held.iterrows()}
     k = cfg.kafka
     parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
     wanted: dict[tuple[str, int], list[tuple[int, int]]] = {tp: [] for tp in parts}
+    dense: dict[tuple[str, int], list[bool]] = {tp: [] for tp in parts}
     hours: dict[tuple[str, int], list] = {tp: [] for tp in parts}
     for r in inside.itertuples():
-        wanted.setdefault((r.kafka_topic, r.kafka_partition), []).append((r.start_offset, r.end_offset))
-        hours.setdefault((r.kafka_topic, r.kafka_partition), []).append(r.landed_hour)
+        tp = (r.kafka_topic, r.kafka_partition)
+        wanted.setdefault(tp, []).append((r.start_offset, r.end_offset))
+        hours.setdefault(tp, []).append(r.landed_hour)
+        size = r.end_offset - r.start_offset
+        dense.setdefault(tp, []).append(held.get((r.kafka_topic, r.kafka_partition, r.landed_hour)) == (size, size))
     seen = {(o.topic, o.partition): o for o in
-            kafka_ranges.observe_ranges(k.bootstrap_servers, wanted, max(k.timeout_s, 30.0), k.client)}
+            kafka_ranges.observe_ranges(k.bootstrap_servers, wanted, max(k.timeout_s, 30.0), k.client, dense=dense)}
 
     # offsets: every partition of the topics and every hour of the window
     grid = pd.DataFrame([(t, p, pd.Timestamp(h)) for t, p in parts for h in window.hours()], columns=keys)

@@ -357,21 +357,29 @@ class Observed:
 
 
 def observe_partition(bootstrap: str, topic: str, partition: int, ranges: list[tuple[int, int]],
-                      timeout_s: float = 30.0, client: Optional[dict] = None) -> Observed:
+                      timeout_s: float = 30.0, client: Optional[dict] = None,
+                      dense: Optional[list[bool]] = None) -> Observed:
     """Count the records Kafka holds now in each ``[start, end)`` of ``ranges`` (ascending, tiling).
 
-    One read by offset from the first start to the last end. Raises :class:`KafkaUnavailable`.
+    One read by offset from the first start to the last end of the ranges that need it. A range
+    marked in ``dense`` (the caller holds a record at every one of its offsets, exactly once) is
+    not read: Kafka holds nothing in it the caller lacks, and its count is that of its offsets at
+    or past the log start (the partition's low watermark). Raises :class:`KafkaUnavailable`.
     """
     from confluent_kafka import KafkaException, TopicPartition
 
     counts = [0] * len(ranges)
+    dense = dense or [False] * len(ranges)
     cons = consumer(bootstrap, client)
     try:
         try:
             low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
         except KafkaException as exc:
             raise KafkaUnavailable(f"{topic}[{partition}]: offsets unknown: {exc.args[0].str()}") from None
-        todo = [(s, e, i) for i, (s, e) in enumerate(ranges) if e > s]
+        for i, (s, e) in enumerate(ranges):
+            if dense[i]:
+                counts[i] = max(0, e - max(s, low))
+        todo = [(s, e, i) for i, (s, e) in enumerate(ranges) if e > s and not dense[i]]
         if todo:
             lo, hi = min(s for s, _, _ in todo), max(e for _, e, _ in todo)
             _assign(cons, topic, partition, max(lo, low))
@@ -396,15 +404,18 @@ def observe_partition(bootstrap: str, topic: str, partition: int, ranges: list[t
 
 
 def observe_ranges(bootstrap: str, ranges: dict[tuple[str, int], list[tuple[int, int]]], timeout_s: float = 30.0,
-                   client: Optional[dict] = None, readers: int = OBSERVE_READERS) -> list[Observed]:
+                   client: Optional[dict] = None, readers: int = OBSERVE_READERS,
+                   dense: Optional[dict[tuple[str, int], list[bool]]] = None) -> list[Observed]:
     """:func:`observe_partition` for every ``(topic, partition)`` of ``ranges``, up to ``readers`` at
-    once (one consumer each: librdkafka fetches outside the GIL). Used by the land gate as an
-    independent observation of the log. Raises :class:`KafkaUnavailable`."""
+    once (one consumer each: librdkafka fetches outside the GIL), with the partition's ``dense``
+    marks. Used by the land gate as an independent observation of the log. Raises
+    :class:`KafkaUnavailable`."""
     from concurrent.futures import ThreadPoolExecutor
 
     items = sorted(ranges.items())
     if not items:
         return []
+    dense = dense or {}
     with ThreadPoolExecutor(max(1, min(readers, len(items))), thread_name_prefix="observe") as pool:
-        return list(pool.map(lambda kv: observe_partition(bootstrap, kv[0][0], kv[0][1], kv[1], timeout_s, client),
-                             items))
+        return list(pool.map(lambda kv: observe_partition(bootstrap, kv[0][0], kv[0][1], kv[1], timeout_s, client,
+                                                          dense.get(kv[0])), items))
