@@ -23,7 +23,7 @@ from test_parse_fast_paths import _dumps, _first, _variants
 
 from cdclake.formats import FORMATS, get_parser
 from cdclake.normalize import parse_batches
-from cdclake.sim import SimulatedSource, debezium_json
+from cdclake.sim import SimulatedSource, canal_json, debezium_json
 FAST_FORMATS = sorted(name for name, cls in FORMATS.items() if cls.FAST_PATH)
 
 
@@ -74,7 +74,7 @@ def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
 
 
 def test_every_format_with_a_fast_path_is_tested_here():
-    assert FAST_FORMATS == ["debezium-json"]
+    assert FAST_FORMATS == ["canal-json", "debezium-json"]
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
@@ -214,3 +214,106 @@ def test_the_fast_path_reads_numbers_as_json_loads_does(debezium_messages):
             records.append((0, key, _dumps(d).replace(b'"__number__"', number.encode())))
     read_fast = assert_same("debezium-json", [(0, k, v) for k, v in debezium_messages[:20]] + records, 50)
     assert read_fast >= 300
+
+
+# ---------------------------------------------------------------------------------------------
+# canal-json
+
+
+def _canal(seed: int, hours: int = 2, partitions: int = 2) -> list[tuple]:
+    src = SimulatedSource(seed=seed, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=hours)
+    return [(m.partition, m.key, m.value) for m in canal_json(src.run(), src.tables, partitions=partitions)]
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+@pytest.mark.parametrize("size", [1, 64, 1000])
+def test_canal_simulated_hours_are_read_alike(seed, size):
+    records = _canal(seed)
+    read_fast = assert_same("canal-json", records, size)
+    rows = [json.loads(v) for _, _, v in records if v]
+    assert read_fast >= sum(1 for m in rows if m["type"] in ("INSERT", "UPDATE", "DELETE")) * 0.95
+
+
+def test_canal_with_configured_keys_and_types_is_read_alike():
+    options = {"column_types": {"shop.customers": {"email": "date", "extra": "int"}},
+               "primary_keys": {"customers": ["email"], "orders": ["id", "customer_id"]}}
+    assert_same("canal-json", _canal(23, hours=1), 64, options)
+
+
+def _canal_variants(records) -> list[tuple]:
+    """Variants of simulated Canal messages: unusual but valid, or malformed."""
+    msgs = [json.loads(v) for _, _, v in records if v]
+    ins = next(m for m in msgs if m["type"] == "INSERT")
+    upd = next(m for m in msgs if m["type"] == "UPDATE" and m.get("old"))
+    dele = next(m for m in msgs if m["type"] == "DELETE")
+    out = []
+
+    def doc(m, key=None, **members):
+        d = copy.deepcopy(m)
+        for k, v in members.items():
+            if v is _DROP:
+                d.pop(k, None)
+            else:
+                d[k] = v
+        out.append((key, _dumps(d)))
+
+    for t in ("insert", "Update", "TRUNCATE", "DDL", "x", "", None, 3):
+        doc(ins, type=t)
+    for flag in (True, "true", "false", 1, None):
+        doc(ins, isDdl=flag)
+    for db in ("", None, 3, "a/b"):
+        doc(ins, database=db)
+    for table in ("", None, 3, "..", "t\tx", "ok"):
+        doc(ins, table=table)
+    for es in ("1714521600100", -1, None, 1.5, 10**40, True):
+        doc(ins, es=es)
+    for msg_id in (None, 0, "7", -2, [1]):
+        doc(ins, id=msg_id)
+    for pk in ([], None, "id", [1], ["nope"], ["id", "name"]):
+        doc(ins, pkNames=pk)
+        doc(ins, key=b'{"id": 1}', pkNames=pk)
+    for types in (None, [], {"id": ["bigint"]}, {}, {"id": "varchar(3)"}):
+        doc(ins, mysqlType=types)
+    row = ins["data"][0]
+    first = next(iter(row))
+    doc(ins, data=[])
+    doc(ins, data=None)
+    doc(ins, data=row)
+    doc(ins, data=[row, row])
+    doc(ins, data=[row, dict(reversed(list(row.items())))])
+    doc(ins, data=[row, {**row, "extra": "1"}])
+    doc(ins, data=[row, 5])
+    doc(ins, data=[{**row, first: None}])
+    doc(ins, data=[{k: v for k, v in row.items() if k != first}])
+    for value in (5, 1.5, True, [1], {"a": 1}, "x" * 3, "\u00e9", None, "2024-13-40 00:00:00"):
+        doc(ins, data=[{**row, **{c: value for c in list(row)[1:3]}}])
+    doc(ins, old=[row])
+    doc(ins, old="x")
+    urow, uold = upd["data"][0], upd["old"][0]
+    doc(upd, old=None)
+    doc(upd, old=[])
+    doc(upd, old=[None])
+    doc(upd, old=["x"])
+    doc(upd, old=[{**uold, "extra": "1"}])
+    doc(upd, old=[{next(iter(urow)): None}])
+    doc(upd, old=[uold, uold], data=[urow, urow])
+    doc(upd, old=[uold], data=[urow, urow])
+    doc(upd, old="x")
+    drow = dele["data"][0]
+    doc(dele, data=None, old=[drow])
+    doc(dele, data=[{k: v for k, v in drow.items() if k != first}])
+    doc(dele, key=b'{"' + first.encode() + b'": "9"}', data=[{k: v for k, v in drow.items() if k != first}])
+    doc(dele, key=b"not json", data=[{k: v for k, v in drow.items() if k != first}])
+    raw = _dumps(ins)
+    out += [(None, raw + b" x"), (None, raw + b"  "), (None, raw[:-5]), (None, b"\xef\xbb\xbf" + raw),
+            (None, raw.replace(b'"type":"INSERT"', b'"type":"INSERT","type":"DELETE"', 1)),
+            (None, raw.replace(b'"data":[{', b'"data":[{"\\ud800":"1",', 1)),
+            (None, raw.replace(b'"es":', b'"es":NaN,"x":', 1)), (None, b"[]"), (None, b'"x"'), (None, b"")]
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 9, 500])
+def test_canal_variants_are_read_alike(size):
+    records = _canal(24, hours=1, partitions=1)
+    variants = _canal_variants(records)
+    assert_same("canal-json", records[:30] + [(1, k, v) for k, v in variants], size)

@@ -23,10 +23,12 @@ import re
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event, FormatParser
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images
 from cdclake.formats.fields import element, json_object, name_text
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image, text_converter
+from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import normalize_type, to_text
 
@@ -105,12 +107,16 @@ class _TablePlan:
         self.key_override = options.key_override(database, None, table)
         self._converters: dict[str, Callable[[Any], Optional[str]]] = {}
 
-    def convert(self, col: str, value: Any) -> Optional[str]:
-        """Canonical text of ``value`` in column ``col`` (``ValueError`` when it does not fit)."""
+    def converter(self, col: str) -> Callable[[Any], Optional[str]]:
+        """The converter of column ``col`` (:func:`canal_converter` of its type)."""
         conv = self._converters.get(col)
         if conv is None:
             conv = self._converters[col] = canal_converter(self.types.get(col))
-        return conv(value)
+        return conv
+
+    def convert(self, col: str, value: Any) -> Optional[str]:
+        """Canonical text of ``value`` in column ``col`` (``ValueError`` when it does not fit)."""
+        return (self._converters.get(col) or self.converter(col))(value)
 
 
 class CanalJsonParser(FormatParser):
@@ -124,6 +130,7 @@ class CanalJsonParser(FormatParser):
     """
 
     format_name = FORMAT
+    FAST_PATH = True
     #: ``es`` and ``id`` are read with the table, before the types; the key before the rows.
     STEPS = ("table", "position", "column_types", "primary_key", "images")
     _LEARNT = FormatParser._LEARNT + ("_key_reader",)
@@ -131,6 +138,15 @@ class CanalJsonParser(FormatParser):
     def _forget(self) -> None:
         super()._forget()
         self._key_reader = EnvelopeReader(self.format_name)
+
+    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+        """The columnar fast path (:mod:`cdclake.formats.columnar`) for INSERT, UPDATE and DELETE
+        messages (not DDL, not TRUNCATE) whose ``data`` rows all name the same columns in the same
+        order, and an UPDATE's ``old`` rows only columns of its rows; the rows of each table plan
+        (table and ``mysqlType``) are converted column by column by the plan's converters. The
+        names, position, key and a delete's key image go through the functions :meth:`parse`
+        calls; anything else gives None: :meth:`parse` reads that record."""
+        return _fast_parse(self, records)
 
     def decode(self, record: KafkaRecord) -> Event:
         """The flat message, a JSON object."""
@@ -220,3 +236,107 @@ class CanalJsonParser(FormatParser):
             op=op, before=before, after=after, primary_key=list(primary_key), column_types=dict(types),
             source_position=(es, msg_id, row), source_ts_ms=es, row_in_record=row)
             for row, (before, after) in enumerate(event.rows)]
+
+
+def _fast_parse(parser: CanalJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    """:meth:`CanalJsonParser.fast_parse`: see there."""
+    out: list[Optional[list[tuple]]] = [None] * len(records)
+    decode = JSON.decode
+    groups: dict[tuple, list[tuple]] = {}
+    for i, rec in enumerate(records):
+        try:
+            msg = decode(rec.value)
+        except (ValueError, TypeError):
+            continue
+        if type(msg) is not dict:
+            continue
+        kind = msg.get("type")
+        if type(kind) is not str or msg.get("isDdl") in (True, "true"):
+            continue
+        op = ROW_TYPES.get(kind.upper())
+        database, table = msg.get("database") or None, msg.get("table") or None
+        data, old = msg.get("data"), msg.get("old")
+        if (op is None or type(table) is not str or (database is not None and type(database) is not str)
+                or type(data) is not list or not data or type(data[0]) is not dict
+                or (old is not None and (op != "update" or type(old) is not list))):
+            continue
+        mysql_types = msg.get("mysqlType")
+        mysql_types = mysql_types if isinstance(mysql_types, dict) else {}
+        try:
+            key = (database, table, tuple(mysql_types.items()))
+            hash(key)
+        except TypeError:
+            continue
+        groups.setdefault(key, []).append((i, msg, op, data, old))
+    for key, members in groups.items():
+        _fast_group(parser, records, key, members, out)
+    return out
+
+
+def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
+                out: list) -> None:
+    """The changes of one table plan's messages (``members``: index, message, op, data, old) into ``out``."""
+    database, table, items = key
+    try:
+        plan = parser.kept(key, _TablePlan, parser.options, dict(items), database, table)
+    except (TypeError, AttributeError, ValueError):
+        return
+    columns = tuple(members[0][3][0])
+    converters = [plan.converter(c) for c in columns]
+    names = list(columns)
+    types = plan.types
+    types_pair = (list(types), list(types.values()))
+    # every image of the group in one batch: (member, row, before?) → index in ``images``
+    images: list = []
+    slots: list[list[tuple[int, Optional[int]]]] = []
+    for i, msg, op, data, old in members:
+        rows = []
+        for r, row in enumerate(data):
+            after_at = len(images)
+            images.append(row)
+            before_at = None
+            if op == "update":
+                old_row = old[r] if old and r < len(old) else None
+                if old_row is not None:
+                    before_at = len(images)
+                    images.append({**row, **old_row} if type(row) is dict and type(old_row) is dict else None)
+                    if images[-1] is None or len(images[-1]) != len(row):
+                        before_at = -1  # not a dict, or names a column its row lacks: not read here
+            rows.append((after_at, before_at))
+        slots.append(rows)
+    texts, refused = convert_images(images, columns, converters)
+    checked: set = set()  # names already checked (check_names), per primary key and before image
+    for (i, msg, op, data, old), rows in zip(members, slots):
+        if any(a in refused or b == -1 or (b is not None and b in refused) or images[a] is None for a, b in rows):
+            continue
+        try:
+            es = element(FORMAT, msg.get("es"), "es")
+            msg_id = element(FORMAT, msg.get("id") or 0, "id")
+            pk_names = msg.get("pkNames")
+            read = read_key(records[i].key, parser._key_reader)
+            pk = resolve_primary_key(FORMAT, plan.key_override,
+                                     [str(c) for c in pk_names] if isinstance(pk_names, list) else None,
+                                     list(read[0]) if read else None)
+            key_text = convert_image(FORMAT, read[0], plan.convert, "key") if read and op == "delete" else None
+            changes = []
+            for r, (a, b) in enumerate(rows):
+                if op == "delete":
+                    image = key_delete_image(FORMAT, pk, dict(zip(names, texts[a])), key_text, f"data[{r}]",
+                                             _DELETE_HINT)
+                    before, after = (list(image), list(image.values())), NO_MAP
+                else:
+                    image = dict(zip(names, texts[a]))
+                    before, after = (NO_MAP if b is None else (names, texts[b])), (names, texts[a])
+                if any(image.get(k) is None for k in pk):
+                    raise ValueError("primary key column missing or null")
+                changes.append((FORMAT, database, None, table, op, before, after, list(pk), types_pair,
+                                [es, msg_id, r], es, None, None, r, None, None))
+            names_key = (key, tuple(pk), op, tuple(changes[0][5][0] or ()))
+            if names_key not in checked:
+                check_names(ChangeRecord(FORMAT, database, None, table, op, dict.fromkeys(changes[0][5][0] or ()),
+                                         dict.fromkeys(names), pk, types))
+                if len(checked) < 4096:
+                    checked.add(names_key)
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        out[i] = changes
