@@ -64,14 +64,89 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(BENCH_DIR / "results"), help="results directory")
     p.add_argument("--date", default=None, help="results file name (default: today, YYYY-MM-DD)")
     p.add_argument("--keep-lake", action="store_true", help="do not reset the bench catalog and warehouse first")
+    p.add_argument("--scale", type=int, nargs="?", const=5, default=0, metavar="K",
+                   help="then a K× larger hour of --scale-format (default K 5: the 5M-change hour), in a second run")
+    p.add_argument("--scale-format", default="canal",
+                   help="format of the --scale hour (default canal: a 5M Debezium topic, 17 GB, does not fit the "
+                        "embedded broker beside Spark on 24 GB)")
+    p.add_argument("--speedup", default="", metavar="TAGS",
+                   help="then the same hour of these formats with --master local[1], in a second run: the parallel "
+                        "speedup per stage (e.g. dbz,canal)")
     args = p.parse_args(argv)
     args.formats = [t.strip() for t in args.formats.split(",") if t.strip()]
     unknown = [t for t in args.formats if t not in ALL_FORMATS]
     if unknown:
         p.error(f"unknown format tag(s) {unknown}; known: {','.join(ALL_FORMATS)}")
+    args.speedup = [t.strip() for t in args.speedup.split(",") if t.strip()]
+    if any(t not in ALL_FORMATS for t in args.speedup + [args.scale_format]):
+        p.error(f"unknown format tag in --speedup or --scale-format; known: {','.join(ALL_FORMATS)}")
     args.merge_sizes = [int(x) for x in args.merge_sizes.split(",") if x.strip()]
     args.peers = [x.strip() for x in args.peers.split(",") if x.strip()]
     return args
+
+
+# ---------------------------------------------------------------------------------------------
+# second runs
+
+
+def child_run(args: argparse.Namespace, date: str, events: int, formats: list[str], master: str) -> dict:
+    """Run ``bench.run`` again in a child process (its own Spark session and broker, the same
+    state directory, reset) for ``formats`` at ``events`` on ``master``, without merge scaling,
+    peers or ``from_json``; return its results (``bench/results/<date>.json``), or ``{"error": ...}``."""
+    cmd = [sys.executable, "-m", "bench.run", "--events", str(events), "--formats", ",".join(formats),
+           "--master", master, "--driver-memory", args.driver_memory, "--merge-sizes", "", "--peers", "",
+           "--no-from-json", "--warmup-events", str(args.warmup_events), "--seed", str(args.seed),
+           "--gen-jobs", str(args.gen_jobs), "--out", args.out, "--date", date] + (["--no-gates"] if args.no_gates else [])
+    log.info("second run: %s", " ".join(cmd[1:]))
+    done = subprocess.run(cmd, env=child_env(bench_state_dir()), cwd=REPO_ROOT)
+    path = Path(args.out) / f"{date}.json"
+    if not path.exists():
+        return {"error": f"the run {' '.join(cmd[1:])} exited {done.returncode} without results"}
+    out = json.loads(path.read_text())
+    out["results_file"] = str(path)
+    return out
+
+
+def _stage_walls(fmt_result: dict) -> dict[str, Optional[float]]:
+    stages = fmt_result.get("stages", {})
+    walls = {s: stages.get(s, {}).get("wall_s") for s in ("land", "normalize", "silver")}
+    walls["e2e"] = fmt_result.get("e2e", {}).get("wall_s")
+    return walls
+
+
+def scale_run(args: argparse.Namespace, date: str, results: dict) -> dict:
+    """The ``--scale`` hour: ``K × --events`` changes of ``--scale-format``, against the same
+    format's hour of this run. Returns its wall times per stage, peak RSS, and the ratios
+    (the target: at most 5.5× for 5× the changes)."""
+    tag, k = args.scale_format, args.scale
+    child = child_run(args, f"{date}-scale", args.events * k, [tag], args.master)
+    big = child.get("formats", {}).get(tag)
+    if big is None:
+        return {"format": tag, "factor": k, "error": child.get("error") or child.get("errors")}
+    base = results["formats"].get(tag)
+    walls, base_walls = _stage_walls(big), _stage_walls(base) if base else {}
+    return {"format": tag, "factor": k, "events": big.get("e2e", {}).get("events"), "wall_s": walls,
+            "peak_rss_mb": big.get("e2e", {}).get("peak_rss_mb"), "verify_ok": big.get("verify", {}).get("ok"),
+            "ratio_to_base": {s: round(w / base_walls[s], 2) for s, w in walls.items()
+                              if w and base_walls.get(s)},
+            "errors": child.get("errors", []), "results_file": child.get("results_file")}
+
+
+def speedup_run(args: argparse.Namespace, date: str, results: dict) -> dict:
+    """The ``--speedup`` formats' hour again on ``local[1]``: per format and stage, the wall time
+    on one core over this run's (the target: at least 1.8 for normalize and silver)."""
+    child = child_run(args, f"{date}-local1", args.events, args.speedup, "local[1]")
+    out: dict = {"master": args.master, "against": "local[1]", "errors": child.get("errors", []),
+                 "results_file": child.get("results_file"), "formats": {}}
+    for tag in args.speedup:
+        one, many = child.get("formats", {}).get(tag), results["formats"].get(tag)
+        if not one or not many:
+            out["formats"][tag] = {"error": "not measured in both runs"}
+            continue
+        w1, w2 = _stage_walls(one), _stage_walls(many)
+        out["formats"][tag] = {"local1_s": w1, "local2_s": w2,
+                               "speedup": {s: round(w1[s] / w2[s], 2) for s in w1 if w1[s] and w2.get(s)}}
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,6 +496,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         for name in not_called:
             results["peers"].append({"name": name, "status": "not run", "reason": "none of its formats was measured"})
     sampler.close()
+
+    # -- second runs: a larger hour, one core (each a bench run of its own, after this one) ---
+    if args.scale:
+        results["scale"] = scale_run(args, date, results)
+    if args.speedup:
+        results["speedup"] = speedup_run(args, date, results)
 
     results["wall_s"] = round(time.monotonic() - t_start, 1)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
