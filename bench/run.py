@@ -500,8 +500,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     # -- second runs: a larger hour, one core (each a bench run of its own, after this one) ---
     if args.scale:
         results["scale"] = scale_run(args, date, results)
+        if results["scale"].get("error"):
+            results["errors"].append(f"scale: {results['scale']['error']}")
     if args.speedup:
         results["speedup"] = speedup_run(args, date, results)
+        results["errors"] += [f"speedup {t}: {f['error']}" for t, f in results["speedup"]["formats"].items()
+                              if "error" in f]
 
     results["wall_s"] = round(time.monotonic() - t_start, 1)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
