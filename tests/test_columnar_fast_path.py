@@ -100,16 +100,7 @@ def _more_variants(messages) -> list[tuple]:
     out = []
 
     def doc(key, d, path=(), **members):
-        d = copy.deepcopy(d)
-        target = d["payload"]
-        for p in path:
-            target = target[p]
-        for k, v in members.items():
-            if v is _DROP:
-                target.pop(k, None)
-            else:
-                target[k] = v
-        out.append((key, _dumps(d)))
+        out.append((key, _edited(d, ("payload",) + tuple(path), members)))
 
     src = ("source",)
     for pos in (10**40, -1, "12", None, 1.5, True, 2**63):
@@ -172,6 +163,20 @@ class _Drop:
 
 
 _DROP = _Drop()
+
+
+def _edited(message: dict, path: tuple, members: dict) -> bytes:
+    """``message`` (a copy) with the object at ``path`` given ``members`` (``_DROP``: removed), as JSON."""
+    message = copy.deepcopy(message)
+    target = message
+    for p in path:
+        target = target[p]
+    for k, v in members.items():
+        if v is _DROP:
+            target.pop(k, None)
+        else:
+            target[k] = v
+    return _dumps(message)
 
 
 @pytest.fixture(scope="module")
@@ -249,13 +254,7 @@ def _canal_variants(records) -> list[tuple]:
     out = []
 
     def doc(m, key=None, **members):
-        d = copy.deepcopy(m)
-        for k, v in members.items():
-            if v is _DROP:
-                d.pop(k, None)
-            else:
-                d[k] = v
-        out.append((key, _dumps(d)))
+        out.append((key, _edited(m, (), members)))
 
     for t in ("insert", "Update", "TRUNCATE", "DDL", "x", "", None, 3):
         doc(ins, type=t)

@@ -41,7 +41,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from cdclake import types as T
 from cdclake.catalog import ensure_namespace, qualified
@@ -204,52 +204,41 @@ def _optional_list(v) -> Optional[list]:
     return None if v is None else list(v)
 
 
-def _row_builder() -> Callable[[ChangeRecord, tuple], tuple]:
-    """:func:`bronze_row`, written out from :data:`BRONZE_COLUMNS` as one tuple expression (it runs
-    once per change row in normalize's Python workers, where a loop over the columns costs twice
-    as much). For today's fields the source it compiles is::
+def _row_builder(name: str, arg: str, field: Callable[[int, str, str, bool], str]) -> Callable[[Any, tuple], tuple]:
+    """A function ``name(arg, kcols)`` returning the staged bronze row (:data:`STAGED_SCHEMA`) as one
+    tuple expression written out from :data:`BRONZE_COLUMNS` (it runs once per change row in
+    normalize's Python workers, where a loop over the columns costs twice as much): ``field(i,
+    name, type, optional)`` gives the expression of ChangeRecord field ``i``, and ``*kcols`` goes
+    where the Kafka columns go. For :func:`bronze_row` and today's fields the source it compiles is::
 
         def bronze_row(c, kcols):
             return (c.source_format, c.source_database, c.source_schema, c.source_table, c.op,
                     *_pairs(c.before), *_pairs(c.after), list(c.primary_key), *_pairs(c.column_types),
                     list(c.source_position), c.source_ts_ms, c.tx_id, c.tx_seq, c.row_in_record,
                     *kcols, c.tx_last, c.tx_size)
-    """
-    parts = []
-    for i, (n, t, optional) in enumerate(_FIELDS):
-        if i == _SPLIT:
-            parts.append("*kcols")
-        parts.append(f"*_pairs(c.{n})" if t.startswith("map<") else
-                     (f"_optional_list(c.{n})" if optional else f"list(c.{n})") if t.startswith("array<") else f"c.{n}")
-    if _SPLIT == len(_FIELDS):
-        parts.append("*kcols")
-    scope = {"__name__": __name__, "_pairs": _pairs, "_optional_list": _optional_list}
-    exec(f"def bronze_row(c, kcols):\n    return ({', '.join(parts)})\n", scope)
-    return scope["bronze_row"]
 
-
-def _staged_builder() -> Callable[[tuple, tuple], tuple]:
-    """:func:`staged_row`, written out from :data:`BRONZE_COLUMNS` as :func:`_row_builder` writes
-    :func:`bronze_row`. For today's fields::
+    and for :func:`staged_row`::
 
         def staged_row(t, kcols):
             return (t[0], t[1], t[2], t[3], t[4], *t[5], *t[6], t[7], *t[8], t[9], t[10], t[11], t[12],
                     t[13], *kcols, t[14], t[15])
     """
     parts = []
-    for i, (n, t, _) in enumerate(_FIELDS):
+    for i, (n, t, optional) in enumerate(_FIELDS):
         if i == _SPLIT:
             parts.append("*kcols")
-        parts.append(f"*t[{i}]" if t.startswith("map<") else f"t[{i}]")
+        parts.append(field(i, n, t, optional))
     if _SPLIT == len(_FIELDS):
         parts.append("*kcols")
-    scope = {"__name__": __name__}
-    exec(f"def staged_row(t, kcols):\n    return ({', '.join(parts)})\n", scope)
-    return scope["staged_row"]
+    scope = {"__name__": __name__, "_pairs": _pairs, "_optional_list": _optional_list}
+    exec(f"def {name}({arg}, kcols):\n    return ({', '.join(parts)})\n", scope)
+    return scope[name]
 
 
-bronze_row = _row_builder()
-staged_row = _staged_builder()
+bronze_row = _row_builder("bronze_row", "c", lambda i, n, t, optional: (
+    f"*_pairs(c.{n})" if t.startswith("map<") else
+    (f"_optional_list(c.{n})" if optional else f"list(c.{n})") if t.startswith("array<") else f"c.{n}"))
+staged_row = _row_builder("staged_row", "t", lambda i, n, t, optional: f"*t[{i}]" if t.startswith("map<") else f"t[{i}]")
 staged_row.__doc__ = """The staged bronze row tuple (:data:`STAGED_SCHEMA`) of a change row of a columnar fast path
 (:mod:`cdclake.formats.columnar`: the ChangeRecord fields in order, maps as (keys, values) pairs,
 arrays as lists) and ``kcols`` (the values of :data:`KAFKA_COLUMNS`). ``staged_row`` of a fast

@@ -60,6 +60,8 @@ def as_element(value: object, what: str = "position") -> int:
 
     Raises ValueError for anything else, naming ``what``.
     """
+    if type(value) is int and 0 <= value <= MAX_ELEMENT:  # what nearly every message carries
+        return value
     if isinstance(value, bool) or value is None:
         raise ValueError(f"{what} {value!r} is not a non-negative integer")
     if isinstance(value, int):

@@ -33,7 +33,7 @@ from cdclake.formats.json_values import read_key
 from cdclake.formats.lindorm import LINDORM, is_lindorm
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import ABSENT, coerce_text, convert_image, text_converter
-from cdclake.positions import MAX_ELEMENT, binlog_file_number, pg_lsn
+from cdclake.positions import binlog_file_number, pg_lsn
 from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
@@ -460,19 +460,9 @@ def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tup
             ts = source.get("ts_ms")
             if ts is None:
                 ts = payload.get("ts_ms")
-            if (source.get("connector") == "mysql" and "change_lsn" not in source and "commit_lsn" not in source
-                    and type(source.get("file")) is str and type(source.get("pos")) is int
-                    and type(source.get("row")) is int and 0 <= source["pos"] <= MAX_ELEMENT
-                    and 0 <= source["row"] <= MAX_ELEMENT):
-                file = source["file"]  # source_position's MySQL case (positions below 2**63 here)
-                position = [_binlog_number(file) if file else 0, source["pos"], source["row"]]
-            else:
-                position = list(source_position(source, payload))
-            if type(ts) is not int or not 0 <= ts <= MAX_ELEMENT:
-                ts = optional_element(FORMAT, ts, "source.ts_ms")
-            tx_seq = transaction.get("total_order")
-            if tx_seq is not None and (type(tx_seq) is not int or not 0 <= tx_seq <= MAX_ELEMENT):
-                tx_seq = optional_element(FORMAT, tx_seq, "transaction.total_order")
+            position = list(source_position(source, payload))
+            ts = optional_element(FORMAT, ts, "source.ts_ms")
+            tx_seq = optional_element(FORMAT, transaction.get("total_order"), "transaction.total_order")
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
         ok = checked.get(name_key)

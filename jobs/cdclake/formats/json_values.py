@@ -104,7 +104,7 @@ class EnvelopeReader:
     def load(self, raw: bytes) -> tuple[Any, Optional[dict], Optional[int]]:
         """``(payload, schema or None, envelope id or None)`` of a Kafka value."""
         if raw[-1:] == b"}":
-            kept = self._kept(raw)
+            kept = self.kept_prefix(raw)
             if kept is not None:
                 length, schema, envelope = kept
                 payload = _one_value(raw[length:-1])
@@ -118,15 +118,10 @@ class EnvelopeReader:
         return payload, schema, envelope
 
     def kept_prefix(self, raw: bytes) -> Optional[tuple[int, Optional[dict], int]]:
-        """``(prefix length, schema, envelope id)`` of the kept envelope ``raw`` starts with, or
-        None: ``raw[length:-1]`` is then the payload's text, when ``raw`` ends with ``}`` and what
-        lies between is one JSON value (the caller checks both)."""
-        return self._kept(raw)
-
-    def _kept(self, raw: bytes) -> Optional[tuple[int, Optional[dict], int]]:
         """``(prefix length, schema, envelope id)`` of the kept prefix ``raw`` starts with (the
-        shortest length first seen first), or None. Only prefixes ending as ``raw`` does at their
-        length are compared, in place."""
+        shortest length first seen first), or None: ``raw[length:-1]`` is then the payload's text,
+        when ``raw`` ends with ``}`` and what lies between is one JSON value (the caller checks
+        both). Only prefixes ending as ``raw`` does at their length are compared, in place."""
         for length, start, by_tail in self._tails:
             for prefix, schema, envelope in by_tail.get(raw[start:length], ()):
                 if raw.startswith(prefix):

@@ -66,6 +66,17 @@ def check_change(c: ChangeRecord) -> None:
                              f"{'before' if c.op == 'delete' else 'after'} image", "primary_key")
 
 
+def may_pass_limits(value: Optional[bytes], key: Optional[bytes], is_json: bool, max_value_bytes: int,
+                    max_nesting_depth: int) -> bool:
+    """Whether a record's value or key may be past the limits (:func:`check_limits` then decides):
+    larger than ``max_value_bytes``, or, for a JSON format, holding more opening brackets than
+    ``max_nesting_depth`` (an upper bound of its nesting). False for nearly every record, cheaply."""
+    return ((value is not None and (len(value) > max_value_bytes or is_json
+                                    and len(value.translate(None, NOT_OPENING)) > max_nesting_depth))
+            or (key is not None and (len(key) > max_value_bytes or is_json
+                                     and len(key.translate(None, NOT_OPENING)) > max_nesting_depth)))
+
+
 def classify(parser, rows: Iterable) -> Iterator[tuple]:
     """Parse raw rows with one parser; yield ``(kind, row_tuple)`` with kind change/quarantine/control.
 
@@ -97,10 +108,7 @@ def classify_records(parser, records: Iterable[tuple[tuple, KafkaRecord]], max_v
         result = _UNPARSED
         try:
             value, key = rec.value, rec.key
-            if ((value is not None and (len(value) > max_value_bytes or is_json
-                                        and len(value.translate(None, NOT_OPENING)) > max_nesting_depth))
-                    or (key is not None and (len(key) > max_value_bytes or is_json
-                                             and len(key.translate(None, NOT_OPENING)) > max_nesting_depth))):
+            if may_pass_limits(value, key, is_json, max_value_bytes, max_nesting_depth):
                 check_limits(fmt, rec, max_value_bytes, max_nesting_depth)  # the exact check, by its reason
             result = parser.parse(rec)
             if isinstance(result, ControlRecord):
@@ -330,9 +338,7 @@ def fast_rows(parser, items: list[tuple[tuple, KafkaRecord]], fast: list[tuple],
     for item in items:
         rec = item[1]
         value, key = rec.value, rec.key
-        if (not value or len(value) > max_value_bytes or is_json and len(value.translate(None, NOT_OPENING))
-                > max_nesting_depth or key is not None and (len(key) > max_value_bytes or is_json and
-                                                           len(key.translate(None, NOT_OPENING)) > max_nesting_depth)):
+        if not value or may_pass_limits(value, key, is_json, max_value_bytes, max_nesting_depth):
             rest.append(item)
         else:
             offered.append(item)
@@ -352,6 +358,4 @@ def fast_rows(parser, items: list[tuple[tuple, KafkaRecord]], fast: list[tuple],
             fast.append((staged_row(change, kcols), n == 0))
         if not result:
             left.append(item)  # no change: the per-record parser says what the record is
-    if rest:  # keep the records' order: rows of the per-record parser are grouped by record anyway
-        left = rest + left
-    return left
+    return rest + left  # the order of records does not matter: each record's rows stay together
