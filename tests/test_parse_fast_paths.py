@@ -214,6 +214,20 @@ def test_envelope_reader_reads_what_a_whole_read_gives(debezium_messages):
     assert None not in envelopes and len(envelopes) == 3
 
 
+def test_a_value_with_a_second_schema_member_teaches_no_envelope(debezium_messages):
+    """``{"schema": S1, "payload": P, "schema": S2}`` read whole has schema S2 (the last member
+    wins): its prefix ``{"schema": S1, "payload":`` must not be kept with S2, or every later
+    ordinary S1 message would be read with S2's types."""
+    raw = next(v for _, v in debezium_messages if v)
+    doc = json.loads(raw)
+    other = copy.deepcopy(doc["schema"])
+    other["fields"] = other["fields"][:1]
+    twice = raw[:-1] + b',"schema":' + _dumps(other) + b"}"
+    reader = EnvelopeReader("debezium-json")
+    assert reader.load(twice)[:2] == _reference_load(twice)
+    assert reader.load(raw)[:2] == _reference_load(raw) == (doc["payload"], doc["schema"])
+
+
 def test_envelope_reader_keeps_at_most_max_envelopes(debezium_messages):
     reader = EnvelopeReader("debezium-json", max_envelopes=1)
     got = [reader.load(v)[2] for _, v in debezium_messages if v]

@@ -134,9 +134,9 @@ class EnvelopeReader:
         head = self._HEAD.match(text)
         if head is None:
             return None
-        _, end = _DECODER.raw_decode(text, head.end())
+        first, end = _DECODER.raw_decode(text, head.end())
         join = self._JOIN.match(text, end)
-        if join is None:
+        if join is None or first != schema:  # a later "schema" member is the one a whole read keeps
             return None
         prefix = text[:join.end()].encode("utf-8")
         if prefix in self._known:  # seen, but this value's payload is not one JSON value on its own
