@@ -70,6 +70,9 @@ _NOTES = ["leave at the door", "gift wrap, please", "call before delivery", "fra
           "birthday present \U0001F381", "back door, \"beware of the dog\""]
 _NEXT_STATUS = {"pending": "paid", "paid": "shipped", "shipped": "delivered"}
 CENT = Decimal("0.01")
+#: Prices stay at most this (products.price is decimal(10,2), orders.amount decimal(12,2)): the
+#: random walk of price changes over millions of transactions would otherwise outgrow the columns.
+MAX_PRICE = Decimal("9999.99")
 
 
 class SimulatedSource:
@@ -307,9 +310,9 @@ class _Generator:
         rows = sorted(self._picks("products", self.rng.randint(1, 5)), key=lambda r: r["id"])
         for r in rows:
             factor = Decimal(self.rng.choice(["0.85", "0.9", "0.95", "1.05", "1.1", "1.2"]))
-            price = max((r["price"] * factor).quantize(CENT), CENT)
+            price = min(max((r["price"] * factor).quantize(CENT), CENT), MAX_PRICE)
             if price == r["price"]:
-                price += CENT
+                price += CENT if price < MAX_PRICE else -CENT
             changes: dict = {"price": price}
             if self.rng.random() < 0.2:
                 changes["weight"] = max(round(r["weight"] + self.rng.choice([-0.125, 0.25, 0.5]), 3), 0.05)
