@@ -159,14 +159,16 @@ def _more_variants(messages) -> list[tuple]:
 
 
 class _Drop:
-    pass
+    def __repr__(self) -> str:
+        return "DROP"
 
 
+#: A member value that stands for the member removed (:func:`edited_doc`).
 _DROP = _Drop()
 
 
-def _edited(message: dict, path: tuple, members: dict) -> bytes:
-    """``message`` (a copy) with the object at ``path`` given ``members`` (``_DROP``: removed), as JSON."""
+def edited_doc(message: dict, path: tuple, members: dict) -> dict:
+    """``message`` (a copy) with the object at ``path`` given ``members`` (``_DROP``: removed)."""
     message = copy.deepcopy(message)
     target = message
     for p in path:
@@ -176,7 +178,12 @@ def _edited(message: dict, path: tuple, members: dict) -> bytes:
             target.pop(k, None)
         else:
             target[k] = v
-    return _dumps(message)
+    return message
+
+
+def _edited(message: dict, path: tuple, members: dict) -> bytes:
+    """:func:`edited_doc` as JSON."""
+    return _dumps(edited_doc(message, path, members))
 
 
 @pytest.fixture(scope="module")

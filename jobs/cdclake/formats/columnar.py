@@ -16,9 +16,12 @@ values list), or ``(None, None)`` for no map (:data:`NO_MAP`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import msgspec
+
+from cdclake.formats.json_values import EnvelopeReader, unwrap_envelope
+from cdclake.record import KafkaRecord
 
 #: The JSON decoder of the fast paths: ``JSON.decode(bytes)``; raises ``msgspec.DecodeError`` (a
 #: ``ValueError``) for anything it does not accept, e.g. ``NaN``, numbers out of a double's range,
@@ -27,6 +30,47 @@ JSON = msgspec.json.Decoder()
 
 #: The pair of a map that does not exist.
 NO_MAP = (None, None)
+
+#: Values per batch a fast path reads whole to learn a Kafka Connect envelope it has not met.
+MAX_LEARNT = 16
+
+
+def envelope_payloads(reader: EnvelopeReader, records: Sequence[KafkaRecord], bare: bool = False,
+                      learn: int = MAX_LEARNT) -> Iterator[tuple[int, Any, Optional[dict], Optional[int]]]:
+    """The payloads of a batch of Kafka Connect JSON values, decoded with :data:`JSON`:
+    ``(index in records, payload, schema, envelope id)``, for each value that starts with an
+    envelope ``reader`` keeps (:meth:`~cdclake.formats.json_values.EnvelopeReader.kept_prefix`)
+    and whose payload text is one JSON document. Up to ``learn`` values per call whose envelope
+    the reader has not met are read whole by ``reader.load`` first, as the per-record parser
+    would read them, which teaches it the envelope. With ``bare``, a value without an envelope
+    (a bare payload, or a null or empty ``schema``) is decoded whole and given with schema and
+    envelope id None. Other values are not given (the per-record parser reads them); never raises.
+    """
+    kept, decode = reader.kept_prefix, JSON.decode
+    for i, rec in enumerate(records):
+        raw = rec.value
+        if not raw or type(raw) is not bytes:
+            continue
+        try:
+            prefix = kept(raw) if raw[-1:] == b"}" else None
+            if prefix is None:
+                if bare:
+                    payload, schema = unwrap_envelope(decode(raw))
+                    if schema is None:
+                        yield i, payload, None, None
+                        continue
+                if learn <= 0 or raw[-1:] != b"}":
+                    continue
+                learn -= 1
+                reader.load(raw)
+                prefix = kept(raw)
+                if prefix is None:
+                    continue
+            length, schema, envelope = prefix
+            payload = decode(raw[length:-1])
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        yield i, payload, schema, envelope
 
 
 def convert_images(images: Sequence[Any], columns: tuple, converters: Sequence[Callable[[Any], Any]],

@@ -190,6 +190,18 @@ def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str
     return text
 
 
+def column_converter(col_schemas: Mapping[str, Mapping[str, Any]], types: Mapping[str, str],
+                     col: str) -> Callable[[Any], Optional[str]]:
+    """The converter of image column ``col`` (JSON value → canonical text): its Connect field
+    schema's in ``col_schemas`` (:func:`connect_converter`), else that of its canonical type in
+    ``types`` (:func:`cdclake.formats.text.text_converter`), else :func:`cdclake.types.to_text`."""
+    if col in col_schemas:
+        return connect_converter(col_schemas[col])
+    if col in types:
+        return text_converter(types[col])
+    return to_text
+
+
 def is_toast(value: Any) -> bool:
     """Whether ``value`` is Debezium's unavailable-value placeholder (a PostgreSQL TOAST column the
     connector did not send: to be left out of the image)."""

@@ -25,14 +25,14 @@ import json
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images
-from cdclake.formats.connect import (TOAST_PLACEHOLDERS, ConnectJsonParser, connect_converter, connect_text,
+from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
+from cdclake.formats.connect import (TOAST_PLACEHOLDERS, ConnectJsonParser, column_converter, connect_text,
                                      connect_type, key_fields, struct_fields)
 from cdclake.formats.fields import element, kafka_key_text, name_text, optional_element, table_name
 from cdclake.formats.json_values import read_key
 from cdclake.formats.lindorm import LINDORM, is_lindorm
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
-from cdclake.formats.text import ABSENT, coerce_text, convert_image, text_converter
+from cdclake.formats.text import ABSENT, coerce_text, convert_image
 from cdclake.positions import binlog_file_number, pg_lsn
 from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
@@ -53,8 +53,6 @@ _FAST_OPS = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot"}
 _TOAST = frozenset(TOAST_PLACEHOLDERS)
 #: Kafka keys read by the fast path, kept per parser (keys repeat: one per row of the source table).
 _MAX_KEYS = 65536
-#: Values per batch the fast path reads whole to learn an envelope it has not met.
-_MAX_LEARNT = 16
 _UNSET = object()
 
 
@@ -81,13 +79,7 @@ class _TablePlan:
         handled: the column's Connect schema's, else its canonical type's, else :func:`to_text`."""
         conv = self._converters.get(col)
         if conv is None:
-            if col in self.col_schemas:
-                conv = connect_converter(self.col_schemas[col])
-            elif col in self.types:
-                conv = text_converter(self.types[col])
-            else:
-                conv = to_text
-            self._converters[col] = conv
+            conv = self._converters[col] = column_converter(self.col_schemas, self.types, col)
         return conv
 
     def convert(self, col: str, value: Any) -> Any:
@@ -351,30 +343,8 @@ class DebeziumJsonParser(ConnectJsonParser):
 def _fast_parse(parser: DebeziumJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`DebeziumJsonParser.fast_parse`: see there."""
     out: list[Optional[list[tuple]]] = [None] * len(records)
-    kept, decode = parser._reader.kept_prefix, JSON.decode
     groups: dict[tuple, list[tuple]] = {}
-    learning = _MAX_LEARNT
-    for i, rec in enumerate(records):
-        raw = rec.value
-        if not raw or raw[-1:] != b"}":
-            continue
-        prefix = kept(raw)
-        if prefix is None:
-            if learning <= 0:
-                continue
-            learning -= 1  # a value read whole teaches the reader its envelope (as parse() would)
-            try:
-                parser._reader.load(raw)
-            except Exception:  # noqa: BLE001  (parse() reports it)
-                continue
-            prefix = kept(raw)
-            if prefix is None:
-                continue
-        length, schema, envelope = prefix
-        try:
-            payload = decode(raw[length:-1])
-        except ValueError:
-            continue
+    for i, payload, schema, envelope in envelope_payloads(parser._reader, records):
         if type(payload) is not dict or not payload.keys() <= _FAST_MEMBERS:
             continue
         op, source = payload.get("op"), payload.get("source")
