@@ -53,13 +53,16 @@ import json
 from typing import Any, Mapping, Optional
 
 from cdclake.formats.base import Event
-from cdclake.formats.connect import ConnectJsonParser, connect_text, connect_type, key_fields, struct_fields
+from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
+from cdclake.formats.connect import (ConnectJsonParser, column_converter, connect_text, connect_type,
+                                     key_fields, struct_fields)
 from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, optional_element, table_name
 from cdclake.formats.json_values import unwrap_envelope
-from cdclake.formats.options import key_delete_image, resolve_primary_key
+from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image
+from cdclake.names import check_names
 from cdclake.positions import binlog_file_number
-from cdclake.record import ParseError, ParseResult
+from cdclake.record import ChangeRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "arcion-json"
@@ -71,6 +74,10 @@ BINLOG_CONNECTORS = ("mysql", "mariadb")
 _DEFAULT_MARKERS = (b"default", b'"default"')
 _DELETE_HINT = "the delete's before image and its Kafka key both lack them"
 _NOT_A_NAME = "{!r} is not a name"
+#: Kafka keys read by the fast path, kept per parser (keys repeat: one per row of the source table).
+_MAX_KEYS = 65536
+#: What the fast path keeps for a Kafka key :func:`read_arcion_key` refuses (or whose schema does not type).
+_UNREAD: Any = object()
 
 
 def _is_null_marker(raw: Optional[bytes]) -> bool:
@@ -205,6 +212,31 @@ class ArcionJsonParser(ConnectJsonParser):
     """
 
     format_name = FORMAT
+    FAST_PATH = True
+    _LEARNT = ConnectJsonParser._LEARNT + ("_fast_keys", "_fast_names")
+
+    def _forget(self) -> None:
+        super()._forget()
+        self._fast_keys: dict = {}
+        self._fast_names: dict = {}
+
+    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+        """The columnar fast path (:mod:`cdclake.formats.columnar`) for ``r``, ``c``, ``u`` and ``d``
+        events: a value that is one JSON object, either a Kafka Connect envelope the value reader
+        has met (a record read whole first teaches it) or a bare payload (no schema), with a
+        ``source`` block holding a text table and text or null ``db``/``schema``. The records of
+        each table plan (envelope and table) are grouped by their images' columns, and each image
+        column is converted over the group by the converter ``parse`` applies to it (the
+        column's Connect field schema, else its configured type, else plain text). The Kafka key
+        (:func:`read_arcion_key`, kept per key), the primary key, a delete's key image, the
+        position, ``source.ts_ms`` and the GTID go through the functions :meth:`parse` calls.
+        Left to :meth:`parse` (None): tombstones and ``null`` payloads, unknown or missing ``op``,
+        a missing or malformed ``source``, a Kafka key whose schema names columns the value
+        schema does not, images whose columns differ from each other, a value a converter
+        refuses, an insert, read or update without an after image, no primary key or a key
+        column without a value, names :func:`cdclake.names.check_names` refuses, unreadable
+        positions, and any value msgspec does not decode."""
+        return _fast_parse(self, records)
 
     def is_tombstone(self, value: Optional[bytes]) -> bool:
         """A null value: None, empty, JSON ``null`` or the earlier edition's ``"default"`` (item 5)."""
@@ -268,3 +300,161 @@ class ArcionJsonParser(ConnectJsonParser):
         event.position = source_position(source, event.op == "snapshot")
         gtid = source.get("gtid")
         event.tx_id = None if gtid in (None, "") else str(gtid)
+
+
+class _TablePlan:
+    """What the fast path derives from one value schema for one table, made once.
+
+    ``col_schemas`` (column → Connect field schema of the ``before``/``after`` structs), ``types``
+    (as :class:`_Typed` makes them without a key schema: the value schema's types, then the
+    configured ones), ``key_override`` (the configured key or None) and :meth:`converter`.
+    Raises :class:`ParseError` where :class:`_Typed` does (a field schema that does not type).
+    """
+
+    def __init__(self, options: SourceOptions, schema: Optional[dict], database: Optional[str],
+                 schema_name: Optional[str], table: str):
+        self.col_schemas = struct_fields(schema, ("before", "after"))
+        self.types = _Typed(self.col_schemas, {}, options.column_types(database, schema_name, table)).types
+        self.key_override = options.key_override(database, schema_name, table)
+        self._converters: dict[str, Any] = {}
+
+    def converter(self, col: str) -> Any:
+        """Column ``col``'s converter (JSON value → canonical text), as :meth:`_Typed.convert` reads
+        it: its field schema's, else its type's, else :func:`to_text`."""
+        conv = self._converters.get(col)
+        if conv is None:
+            conv = self._converters[col] = column_converter(self.col_schemas, self.types, col)
+        return conv
+
+
+def _fast_key(parser: ArcionJsonParser, raw: Optional[bytes]) -> Any:
+    """:func:`read_arcion_key` of a Kafka key, kept per key: ``_UNREAD`` where it raises or a field
+    of its schema does not type (:func:`_type_of`). Raises ``TypeError`` for a key that is not
+    hashable."""
+    keys = parser._fast_keys
+    read = keys.get(raw, keys)
+    if read is not keys:
+        return read
+    try:
+        read = read_arcion_key(raw)
+        if read:
+            for s in read[1].values():
+                _type_of(s, "key")
+    except Exception:  # noqa: BLE001  (the per-record parser reports it)
+        read = _UNREAD
+    if len(keys) >= _MAX_KEYS:
+        keys.clear()
+    keys[raw] = read
+    return read
+
+
+def _fast_parse(parser: ArcionJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    """:meth:`ArcionJsonParser.fast_parse`: see there."""
+    out: list[Optional[list[tuple]]] = [None] * len(records)
+    groups: dict[tuple, list[tuple]] = {}
+    for i, payload, schema, envelope in envelope_payloads(parser._reader, records, bare=True):
+        if type(payload) is not dict:
+            continue
+        op, source = payload.get("op"), payload.get("source")
+        if type(source) is not dict or type(op) is not str or op not in OPS:
+            continue
+        table, db, schema_name = source.get("table"), source.get("db"), source.get("schema")
+        if (type(table) is not str or not table or (db is not None and type(db) is not str)
+                or (schema_name is not None and type(schema_name) is not str)):
+            continue
+        groups.setdefault((envelope, db, schema_name, table), []).append((i, payload, source, schema))
+    for key, members in groups.items():
+        try:
+            _fast_group(parser, records, key, members, out)
+        except Exception:  # noqa: BLE001  (what is left unread, parse() reads)
+            continue
+    return out
+
+
+def _fast_group(parser: ArcionJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
+                out: list) -> None:
+    """The changes of one table plan's records (``members``: index, payload, source, schema) into
+    ``out``, converted per set of image columns."""
+    _, db, schema_name, table = key
+    try:
+        plan = parser.kept(key, _TablePlan, parser.options, members[0][3], db, schema_name, table)
+    except Exception:  # noqa: BLE001
+        return
+    by_columns: dict[tuple, list[tuple]] = {}
+    for i, payload, source, _ in members:
+        before, after = _image(payload, "before"), _image(payload, "after")
+        image = after if after is not None else before
+        if image is not None and type(image) is not dict:
+            continue
+        by_columns.setdefault(() if image is None else tuple(image), []).append((i, payload, source, before, after))
+    types = dict(plan.types)
+    types_pair = (list(types), list(types.values()))
+    for columns, rows in by_columns.items():
+        _fast_columns(parser, records, key, plan, types, types_pair, columns, rows, out)
+
+
+def _fast_columns(parser: ArcionJsonParser, records: list[KafkaRecord], key: tuple, plan: _TablePlan, types: dict,
+                  types_pair: tuple, columns: tuple, rows: list[tuple], out: list) -> None:
+    """The changes of the records of one plan whose images hold ``columns`` (``rows``: index,
+    payload, source, before, after) into ``out``."""
+    _, db, schema_name, table = key
+    converters = [plan.converter(c) for c in columns]
+    befores, before_refused = convert_images([r[3] for r in rows], columns, converters)
+    afters, after_refused = convert_images([r[4] for r in rows], columns, converters)
+    names = list(columns)
+    col_schemas, override = plan.col_schemas, plan.key_override
+    checked = parser._fast_names
+    where: dict[tuple, Optional[list[int]]] = {}  # primary key → its columns' indices in ``names``
+    for j, (i, payload, source, _, _) in enumerate(rows):
+        if j in before_refused or j in after_refused:
+            continue
+        op = OPS[payload["op"]]
+        before, after = befores[j], afters[j]
+        if op == "delete":
+            after = None
+        elif after is None:
+            continue
+        try:
+            read = _fast_key(parser, records[i].key)
+        except TypeError:
+            continue
+        if read is _UNREAD or (read is not None and not read[1].keys() <= col_schemas.keys()):
+            continue  # a key schema typing columns the value schema does not: its types differ
+        try:
+            key_values, key_schemas = read if read else ({}, {})
+            pk = resolve_primary_key(FORMAT, override, None, list(key_values) or None)
+            if op == "delete":
+                key_text = kafka_key_text(FORMAT, key_values, _key_value_text, key_schemas, col_schemas, types)
+                image = key_delete_image(FORMAT, pk, None if before is None else dict(zip(names, before)), key_text,
+                                         "before", _DELETE_HINT)
+                before_pair = (list(image), list(image.values()))
+            else:
+                pk_key = tuple(pk)
+                at = where.get(pk_key, where)
+                if at is where:
+                    at = where[pk_key] = [names.index(k) for k in pk] if set(pk) <= set(names) else None
+                if at is None or any(after[k] is None for k in at):
+                    continue
+                before_pair = NO_MAP if before is None else (names, before)
+            ts = optional_element(FORMAT, source.get("ts_ms"), "source.ts_ms")
+            position = list(source_position(source, op == "snapshot"))
+            gtid = source.get("gtid")
+            tx_id = None if gtid in (None, "") else str(gtid)
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        # every name the change carries is among these: the key, the columns, the types' columns
+        name_key = (key, tuple(pk), columns)
+        ok = checked.get(name_key)
+        if ok is None:
+            try:
+                check_names(ChangeRecord(FORMAT, db, schema_name, table, op, dict.fromkeys(names),
+                                         dict.fromkeys(names), pk, types))
+                ok = True
+            except Exception:  # noqa: BLE001
+                ok = False
+            if len(checked) < _MAX_KEYS:
+                checked[name_key] = ok
+        if not ok:
+            continue
+        out[i] = [(FORMAT, db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
+                   list(pk), types_pair, position, ts, tx_id, None, 0, None, None)]
