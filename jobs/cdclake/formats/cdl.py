@@ -49,16 +49,20 @@ without a schema. Primary key: configured → ``unique`` → Kafka key (a JSON o
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from decimal import Decimal
+from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event
-from cdclake.formats.connect import ConnectJsonParser, connect_text, connect_type, struct_fields
+from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
+from cdclake.formats.connect import (ConnectJsonParser, connect_converter, connect_text, connect_type,
+                                     struct_fields)
 from cdclake.formats.fields import element, json_object, table_name
 from cdclake.formats.json_values import read_key
-from cdclake.formats.options import key_delete_image, resolve_primary_key
-from cdclake.formats.text import coerce_text, convert_image, finite_decimal
+from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
+from cdclake.formats.text import coerce_text, convert_image, finite_decimal, text_converter
+from cdclake.names import check_names
 from cdclake.positions import MAX_ELEMENT, pg_lsn
-from cdclake.record import ControlRecord, ParseError, ParseResult
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "cdl-json"
@@ -67,6 +71,7 @@ OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 CDL_DECIMAL_SUFFIX = ".cdc.data.Decimal"
 _CDL_LOGICAL_MARK = ".cdc.data."
 _DELETE_HINT = "neither 'before' nor 'unique' nor the Kafka key carries them"
+_UNSET = object()
 
 
 def is_cdl_logical(schema: Mapping[str, Any]) -> bool:
@@ -233,6 +238,22 @@ class CdlJsonParser(ConnectJsonParser):
     """
 
     format_name = FORMAT
+    FAST_PATH = True
+
+    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+        """The columnar fast path (:mod:`cdclake.formats.columnar`) for row changes whose envelope
+        the value reader has met (a record read whole first teaches it): a payload (an object) with
+        ``message_version`` ``"1.0"`` or none, ``message_type`` ``"0"`` or none, an ``OPERATION``
+        of INSERT, UPDATE or DELETE (any case, blanks around), a text ``TABLE_NAME``, ``unique`` an
+        object or null, and ``data``/``before`` images null or holding exactly the columns of the
+        schema's ``data``/``before`` structs in their order. Records are grouped per envelope,
+        schema and table; each image column is converted over the group by the converter of the
+        column's field schema (what :meth:`parse` gives, value for value). The position, the
+        transaction id, the primary key, a delete's key image (``unique`` and Kafka key values) and
+        the names go through the functions :meth:`parse` calls. Anything else (heartbeats, other
+        versions, messages without a schema, images of another shape, any value a converter
+        refuses, anything those functions refuse) gives None: :meth:`parse` reads that record."""
+        return _fast_parse(self, records)
 
     def control(self, event: Event) -> Optional[ParseResult]:
         """``message_version`` 1.0 only; heartbeats; else the ``OPERATION``."""
@@ -300,3 +321,164 @@ class CdlJsonParser(ConnectJsonParser):
         event.position = source_position(event.message, props)
         event.ts_ms = event.position[1]
         event.tx_id = None if tx_id is None else str(tx_id)
+
+
+def _decimal_converter(schema: Mapping[str, Any], ctype: str) -> Callable[[Any], Optional[str]]:
+    """:func:`cdl_text` for a CDL ``Decimal`` field schema of type ``ctype`` as a function of the value
+    (same results and errors): decimal text written directly, anything else through :func:`cdl_text`."""
+    text = text_converter(ctype if ctype.startswith("decimal") else "string")
+
+    def decimal(v: Any) -> Optional[str]:
+        if type(v) is str:
+            try:
+                number = Decimal(v.strip())
+            except ArithmeticError:
+                return cdl_text(v, schema, ctype)
+            if number.is_finite():
+                return text(format(number, "f"))
+        return cdl_text(v, schema, ctype)
+    return decimal
+
+
+def _converter(typed: _Typed, col: str) -> Callable[[Any], Optional[str]]:
+    """The converter of image column ``col`` (JSON value → canonical text): ``typed.convert(col, v)``
+    for every value, errors included."""
+    schema = typed.col_schemas.get(col)
+    if schema is None:
+        return text_converter(typed.types[col]) if col in typed.types else to_text
+    if not is_cdl_logical(schema):
+        return connect_converter(schema)
+    if str(schema.get("name")).endswith(CDL_DECIMAL_SUFFIX):
+        return _decimal_converter(schema, typed.types[col])
+    return text_converter(typed.types[col])
+
+
+class _FastPlan:
+    """What the fast path derives from one envelope schema for one table, made once.
+
+    ``typed`` (the :class:`_Typed` :meth:`CdlJsonParser.parse` makes for such a record),
+    ``columns`` (the columns of the ``data``/``before`` structs, in order) and their
+    ``converters``, ``types_pair`` (the column types as a (keys, values) pair), ``key_override``
+    (the configured key or None), and per primary key the indices of its columns (``at``) and
+    whether its names pass :func:`cdclake.names.check_names` (``checked``). Raises
+    :class:`ParseError` as :class:`_Typed` does.
+    """
+
+    def __init__(self, options: SourceOptions, schema: Optional[dict], schema_name: Optional[str], table: str):
+        self.typed = typed = _Typed(schema, options.column_types(None, schema_name, table))
+        self.columns = tuple(typed.col_schemas)
+        self.names = list(self.columns)
+        self.converters = [_converter(typed, c) for c in self.columns]
+        self.types_pair = (list(typed.types), list(typed.types.values()))
+        self.key_override = options.key_override(None, schema_name, table)
+        self.at: dict[tuple, Optional[list[int]]] = {}
+        self.checked: dict[tuple, bool] = {}
+
+    def names_pass(self, schema_name: Optional[str], table: str, pk: list) -> bool:
+        """Whether a change of this plan with primary key ``pk`` passes :func:`check_names`: the names
+        it carries are the schema, the table, ``pk`` and the column types' (its images' columns are
+        among those)."""
+        key = tuple(pk)
+        ok = self.checked.get(key)
+        if ok is None:
+            try:
+                check_names(ChangeRecord(FORMAT, None, schema_name, table, "insert", None, None, list(pk),
+                                         self.typed.types))
+                ok = True
+            except Exception:  # noqa: BLE001
+                ok = False
+            if len(self.checked) < 4096:
+                self.checked[key] = ok
+        return ok
+
+    def key_at(self, pk: list) -> Optional[list[int]]:
+        """The indices of ``pk``'s columns in :attr:`columns` (None when one is not a column)."""
+        key = tuple(pk)
+        at = self.at.get(key, _UNSET)
+        if at is _UNSET:
+            at = [self.names.index(k) for k in pk] if set(pk) <= set(self.names) else None
+            if len(self.at) < 4096:
+                self.at[key] = at
+        return at
+
+
+def _fast_parse(parser: CdlJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    """:meth:`CdlJsonParser.fast_parse`: see there."""
+    out: list[Optional[list[tuple]]] = [None] * len(records)
+    groups: dict[tuple, list[tuple]] = {}
+    schemas: dict[Any, Optional[dict]] = {}
+    for i, payload, schema, envelope in envelope_payloads(parser._reader, records):
+        if type(payload) is not dict:
+            continue
+        version, message_type = payload.get("message_version"), payload.get("message_type")
+        if (version is not None and version != "1.0") or (message_type is not None and message_type != "0"):
+            continue
+        operation = payload.get("OPERATION")
+        if type(operation) is not str:
+            continue
+        op = OPS.get(operation) or OPS.get(operation.strip().upper())
+        table, owner = payload.get("TABLE_NAME"), payload.get("SEG_OWNER")
+        if op is None or type(table) is not str or not table:
+            continue
+        schema_name = owner if type(owner) is str and owner else None
+        schemas[envelope] = schema
+        groups.setdefault((envelope, schema_name, table), []).append((i, payload, op))
+    for key, members in groups.items():
+        try:
+            _fast_group(parser, records, key, schemas[key[0]], members, out)
+        except Exception:  # noqa: BLE001  (parse() reads the group's records)
+            for i, _, _ in members:
+                out[i] = None
+    return out
+
+
+def _fast_group(parser: CdlJsonParser, records: list[KafkaRecord], key: tuple, schema: Optional[dict],
+                members: list[tuple], out: list) -> None:
+    """The changes of one table plan's records (``members``: index, payload, op) into ``out``."""
+    envelope, schema_name, table = key
+    try:
+        plan = parser.kept(("fast",) + key, _FastPlan, parser.options, schema, schema_name, table)
+    except Exception:  # noqa: BLE001  (an unreadable field schema: parse() reports it)
+        return
+    columns, names = plan.columns, plan.names
+    if not columns:
+        return
+    afters, after_refused = convert_images([m[1].get("data") for m in members], columns, plan.converters)
+    befores, before_refused = convert_images([m[1].get("before") for m in members], columns, plan.converters)
+    override, types_pair, key_reader = plan.key_override, plan.types_pair, parser._key_reader
+    for j, (i, payload, op) in enumerate(members):
+        if j in after_refused or j in before_refused:
+            continue
+        after, before = afters[j], befores[j]
+        if after is None and op != "delete":
+            continue
+        unique = payload.get("unique")
+        if unique is not None and type(unique) is not dict:
+            continue
+        try:
+            props = transaction_properties(payload)
+            position = source_position(payload, props)
+            tx_id = props.get("txId")
+            carried = list(unique) if unique else None
+            read = (read_key(records[i].key, key_reader) if op == "delete" or not (override or carried)
+                    else None)
+            pk = resolve_primary_key(FORMAT, override, carried, list(read[0]) if read else None)
+            if op == "delete":
+                convert_key = plan.typed.convert_key
+                key_text = convert_image(FORMAT, unique, convert_key, "unique") if unique else None
+                if read:
+                    key_text = {**convert_image(FORMAT, read[0], convert_key, "key"), **(key_text or {})}
+                image = key_delete_image(FORMAT, pk, None if before is None else dict(zip(names, before)),
+                                         key_text, "before", _DELETE_HINT)
+                before_pair, after_pair = (list(image), list(image.values())), NO_MAP
+            else:
+                at = plan.key_at(pk)
+                if at is None or any(after[k] is None for k in at):
+                    continue
+                before_pair, after_pair = (NO_MAP if before is None else (names, before)), (names, after)
+            if not plan.names_pass(schema_name, table, pk):
+                continue
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        out[i] = [(FORMAT, None, schema_name, table, op, before_pair, after_pair, pk, types_pair, list(position),
+                   position[1], None if tx_id is None else str(tx_id), None, 0, None, None)]
