@@ -60,11 +60,13 @@ import re
 from typing import Any, Mapping, Optional
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images
 from cdclake.formats.fields import element, json_object
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import key_delete_image, resolve_primary_key
-from cdclake.formats.text import convert_image, parse_timestamp, utc_ms
-from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult
+from cdclake.formats.text import convert_image, parse_timestamp, text_converter, utc_ms
+from cdclake.names import check_names
+from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "shareplex-json"
@@ -78,6 +80,9 @@ OPS = {
 CONTROL_OPS = {"DROP COLUMN": "ddl", "UPDATE BEFORE": "metadata"}
 _IDX_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _DELETE_HINT = "the deleted row does not carry them; check the configured primary_key"
+#: Entries kept per parser in each of the fast path's caches (operations with their
+#: tables, commit times, Kafka keys); past that, a cache starts anew.
+_MAX_KEPT = 65536
 
 
 def split_table(name: str) -> tuple[Optional[str], str]:
@@ -189,8 +194,30 @@ class ShareplexJsonParser(FormatParser):
     """
 
     format_name = FORMAT
+    FAST_PATH = True
     #: The table is read with the operation (control records carry it too).
     STEPS = ("column_types", "images", "primary_key", "position")
+    _LEARNT = FormatParser._LEARNT + ("_fast_targets", "_fast_times", "_fast_keys")
+
+    def _forget(self) -> None:
+        super()._forget()
+        self._fast_targets: dict = {}
+        self._fast_times: dict = {}
+        self._fast_keys: dict = {}
+
+    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+        """The columnar fast path (:mod:`cdclake.formats.columnar`) for insert, update and delete
+        operations (``meta.op`` in any of its spellings, not ``TRUNCATE``, ``DROP COLUMN`` or
+        ``UPDATE BEFORE``): a ``meta`` object naming the table, a ``data`` object and, when present,
+        a ``key`` object. The images of each table plan (table and configured ``column_types``)
+        are converted column by column by the plan's converters, images of the same columns in
+        the same order together (an update's ``data`` holds only its changed columns). The
+        operation, the table's name, the primary key, a delete's key image, ``(scn, seq)``,
+        ``seq``/``size``/``idx`` and the commit time go through the functions :meth:`parse` calls.
+        None (:meth:`parse` reads that record) for anything else: unreadable JSON, a control
+        record, a field of the wrong type, a value a converter refuses, a primary key that cannot
+        be resolved or has a null or missing column, a name the pipeline refuses."""
+        return _fast_parse(self, records)
 
     def decode(self, record: KafkaRecord) -> Event:
         """The operation, a JSON object, with its ``meta`` block (required)."""
@@ -280,3 +307,201 @@ class ShareplexJsonParser(FormatParser):
         event.ts_ms = commit_ms(meta)
         trans = meta.get("trans")
         event.tx_id = None if trans is None else str(trans)
+
+
+def _fast_parse(parser: ShareplexJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    """:meth:`ShareplexJsonParser.fast_parse`: see there."""
+    out: list[Optional[list[tuple]]] = [None] * len(records)
+    decode = JSON.decode
+    targets = parser._fast_targets
+    groups: dict[tuple, list[tuple]] = {}
+    for i, rec in enumerate(records):
+        try:
+            msg = decode(rec.value)
+        except (ValueError, TypeError):
+            continue
+        if type(msg) is not dict:
+            continue
+        meta, data, key = msg.get("meta"), msg.get("data"), msg.get("key")
+        if type(meta) is not dict or type(data) is not dict or (key is not None and type(key) is not dict):
+            continue
+        op, name = meta.get("op"), meta.get("table")
+        if type(op) is not str or type(name) is not str:
+            continue
+        target = targets.get((op, name), False)
+        if target is False:
+            target = _fast_target(op, name)
+            _keep(targets, (op, name), target)
+        if target is None:
+            continue
+        groups.setdefault(target[1], []).append((i, meta, target[0], data, key))
+    for names, members in groups.items():
+        try:
+            _fast_group(parser, records, names, members, out)
+        except Exception:  # noqa: BLE001  (the per-record parser reads the group's records)
+            for member in members:
+                out[member[0]] = None
+    return out
+
+
+def _keep(cache: dict, key: Any, value: Any) -> None:
+    """``cache[key] = value``, the cache started anew past :data:`_MAX_KEPT` entries."""
+    if len(cache) >= _MAX_KEPT:
+        cache.clear()
+    cache[key] = value
+
+
+def _fast_target(op: str, name: str) -> Optional[tuple[str, tuple[Optional[str], str]]]:
+    """``(bronze op, (schema, table))`` of a ``meta.op`` and ``meta.table`` text as
+    :meth:`ShareplexJsonParser.parse` reads them, None when it does not read them as an insert,
+    update or delete (a truncate, a control record, an error)."""
+    try:
+        kind = OPS.get(_op_name(op))
+        names = ShareplexJsonParser._table({"table": name})
+    except ParseError:
+        return None
+    return (kind, names) if kind in ("insert", "update", "delete") else None
+
+
+def _fast_group(parser: ShareplexJsonParser, records: list[KafkaRecord], names: tuple, members: list[tuple],
+                out: list) -> None:
+    """The changes of one table's operations (``members``: index, meta, op, data, key) into ``out``."""
+    schema, table = names
+    plan = parser.kept(names, ConfiguredTypes, parser.options, None, schema, table)
+    types = plan.types
+    override = parser.options.key_override(None, schema, table)
+    types_pair = (list(types), list(types.values()))
+    count = len(members)
+    images, refused = _convert_images(plan, [m[3] for m in members] + [m[4] for m in members])
+    shapes: dict[tuple, Optional[tuple]] = {}
+    for j, (i, meta, op, _, _) in enumerate(members):
+        if j in refused or j + count in refused:
+            continue
+        data_cols, data_names, data_texts = images[j]
+        key_cols, key_names, key_texts = images[j + count] or ((), None, None)
+        try:
+            raw_key = records[i].key
+            kafka_key = _kafka_key(parser, raw_key) if raw_key else None
+            kafka_cols = tuple(kafka_key[0]) if kafka_key else ()
+            shape_key = (op, data_cols, key_cols, kafka_cols)
+            shape = shapes.get(shape_key, False)
+            if shape is False:
+                shape = shapes[shape_key] = _shape(parser, names, types, override, *shape_key)
+            if shape is None:
+                continue
+            pk, at = shape
+            kafka_key_text = convert_image(FORMAT, kafka_key[0], plan.convert, "key") if kafka_key else None
+            if op == "insert":
+                if None in [data_texts[k] for k in at]:
+                    continue
+                before, after = NO_MAP, (data_names, data_texts)
+            else:
+                image = dict(zip(key_cols, key_texts)) if key_cols else {}
+                image.update(zip(data_cols, data_texts))
+                if op == "update":
+                    before = NO_MAP if key_names is None else (key_names, key_texts)
+                    if kafka_key_text:
+                        for col in pk:
+                            if col not in image and col in kafka_key_text:
+                                image[col] = kafka_key_text[col]
+                    after = (list(image), list(image.values()))
+                else:
+                    image = key_delete_image(FORMAT, pk, image, kafka_key_text, "data", _DELETE_HINT)
+                    before, after = (list(image), list(image.values())), NO_MAP
+                if None in [image.get(k) for k in pk]:
+                    continue
+            tx_seq, tx_size = meta_idx(meta)
+            position = list(source_position(meta))
+            ts_ms = _commit_ms(parser, meta)
+            trans = meta.get("trans")
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        out[i] = [(FORMAT, None, schema, table, op, before, after, list(pk), types_pair, position, ts_ms,
+                   None if trans is None else str(trans), tx_seq, 0, None, tx_size)]
+
+
+def _convert_images(plan: ConfiguredTypes, images: list) -> tuple[list, set[int]]:
+    """The canonical text of ``images`` (``data`` or ``key`` objects, or None) with the table
+    plan's converters, those of the same columns in the same order converted together
+    (:func:`convert_images`). Returns ``(converted, refused)``: per image ``(columns, names list,
+    texts list)`` or None for no image, and the indices of the images a value of which does not
+    convert (their entries undefined)."""
+    types = plan.types
+    buckets: dict[tuple, tuple[list, list]] = {}
+    for n, image in enumerate(images):
+        if image is not None:
+            columns = tuple(image)
+            bucket = buckets.get(columns)
+            if bucket is None:
+                bucket = buckets[columns] = ([], [])
+            bucket[0].append(n)
+            bucket[1].append(image)
+    converted: list = [None] * len(images)
+    refused: set[int] = set()
+    for columns, (at, bucket) in buckets.items():
+        if not columns:  # empty objects
+            texts, bad = [[] for _ in bucket], set()
+        else:
+            converters = [text_converter(types[col]) if col in types else _untyped_text for col in columns]
+            try:
+                texts, bad = convert_images(bucket, columns, converters)
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                texts, bad = [], set(range(len(bucket)))
+        column_names = list(columns)
+        for m, n in enumerate(at):
+            if m in bad:
+                refused.add(n)
+            else:
+                converted[n] = (columns, column_names, texts[m])
+    return converted, refused
+
+
+def _untyped_text(value: Any) -> Optional[str]:
+    """:func:`to_text`, the converter of a column without a configured type (text is its own text)."""
+    return value if type(value) is str else to_text(value)
+
+
+def _shape(parser: ShareplexJsonParser, names: tuple, types: dict, override: Optional[list], op: str,
+           data_cols: tuple, key_cols: tuple, kafka_cols: tuple) -> Optional[tuple[list, tuple]]:
+    """``(primary key, positions of its columns in data_cols)`` of the operations of one table
+    whose ``data``, ``key`` and Kafka key hold these columns (positions only for an insert), or
+    None when such operations are left to :meth:`ShareplexJsonParser.parse`: no primary key, a
+    key column an insert or update cannot carry, a name :func:`check_names` refuses."""
+    try:
+        pk = resolve_primary_key(FORMAT, override, list(key_cols) if key_cols else None,
+                                 list(kafka_cols) if kafka_cols else None)
+    except ParseError:
+        return None
+    carried = {"insert": data_cols, "update": (*key_cols, *data_cols, *kafka_cols)}.get(op)
+    if carried is not None and not set(pk) <= set(carried):
+        return None
+    columns = dict.fromkeys((*data_cols, *key_cols, *kafka_cols))
+    try:
+        check_names(ChangeRecord(FORMAT, None, names[0], names[1], op, columns, columns, pk, types))
+    except Exception:  # noqa: BLE001
+        return None
+    return pk, tuple(data_cols.index(k) for k in pk) if op == "insert" else ()
+
+
+def _kafka_key(parser: ShareplexJsonParser, raw: bytes) -> Optional[tuple[dict, Optional[dict]]]:
+    """:func:`read_key` of a Kafka key (not empty), kept per key."""
+    keys = parser._fast_keys
+    try:
+        return keys[raw]
+    except KeyError:
+        read = read_key(raw)
+        _keep(keys, raw, read)
+        return read
+
+
+def _commit_ms(parser: ShareplexJsonParser, meta: Mapping[str, Any]) -> Optional[int]:
+    """:func:`commit_ms`, kept per ``meta.time`` text (the operations of a transaction share it)."""
+    text = meta.get("time")
+    if type(text) is not str:
+        return commit_ms(meta)
+    times = parser._fast_times
+    ms = times.get(text)
+    if ms is None:
+        ms = commit_ms(meta)
+        _keep(times, text, ms)
+    return ms
