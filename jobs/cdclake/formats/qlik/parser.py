@@ -14,13 +14,15 @@ import json
 from typing import Any, Mapping, Optional, Sequence
 
 from cdclake.formats.base import Event, FormatParser
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images
 from cdclake.formats.fields import integer
 from cdclake.formats.json_values import load_json
 from cdclake.formats.options import key_delete_image
 from cdclake.formats.qlik.schema import (DATA, ENVELOPE_SCHEMA, MAGIC, METADATA, QlikTable, TransactionMark,
                                          _Envelope, read_metadata, table_from_entry)
-from cdclake.formats.qlik.values import transaction_last_event, value_text
+from cdclake.formats.qlik.values import transaction_last_event, value_converter, value_text
 from cdclake.formats.text import parse_timestamp, utc_ms
+from cdclake.names import check_names
 from cdclake.positions import as_element
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, SchemaAwareParser, SchemaEntry
 
@@ -31,6 +33,9 @@ OPS = {"REFRESH": "snapshot", "INSERT": "insert", "UPDATE": "update", "DELETE": 
 REFRESH_POSITION = (0,)
 _NEVER_SEEN = "was never seen (its metadata message has not been landed): rerun this hour after it lands"
 _DELETE_HINT = "the columnMask of the deleted row leaves them out; key columns must be replicated"
+#: The JSON text of :data:`ENVELOPE_SCHEMA` the Avro envelope is read with (parsed once per parser).
+_ENVELOPE_TEXT = json.dumps(ENVELOPE_SCHEMA)
+_JSON_MAGIC = MAGIC.decode()
 
 
 class _Images:
@@ -80,6 +85,7 @@ class QlikParser(FormatParser, SchemaAwareParser):
 
     format_name = ""
     STEPS = ("position", "table", "column_types", "primary_key", "images")
+    FAST_PATH = True
     _LEARNT = FormatParser._LEARNT + ("_cache",)
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None, entries: Sequence[SchemaEntry] = ()):
@@ -118,6 +124,32 @@ class QlikParser(FormatParser, SchemaAwareParser):
         """A parser with this one's options that decodes data messages with ``entries`` (added to
         the entries it already holds; an entry with the same ``schema_id`` replaces the older)."""
         return type(self)(self._raw_options, list(self.entries.values()) + list(entries))
+
+    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+        """The columnar fast path (:mod:`cdclake.formats.columnar`) for data messages (``DT``) whose
+        table definition the parser holds (found as :meth:`parse` finds it: ``messageSchemaId``;
+        ``qlik-avro``: an embedded ``messageSchema``; ``qlik-json``: ``externalSchemaId`` or the
+        table's name), with ``headers`` an object whose ``operation`` is REFRESH, INSERT, UPDATE
+        or DELETE. The records of each table definition whose image (``data``; a DELETE's
+        ``data``, else ``beforeData``) names the same columns in the same order are converted
+        column by column with :func:`~cdclake.formats.qlik.values.value_converter` (the converters
+        of :func:`value_text`); an UPDATE's ``beforeData`` must name those columns too. The
+        envelope and the data message are decoded with :data:`cdclake.formats.columnar.JSON`
+        (``qlik-json``) or the parser's own Avro decoding (``qlik-avro``); the table lookup,
+        masks, key, delete image, names, position, timestamp and transaction headers go through
+        the functions :meth:`parse` calls.
+
+        Left to :meth:`parse` (None): metadata messages, tombstones, a ``message`` given as JSON
+        text, a data message whose definition is not held, and anything :meth:`parse` refuses or
+        reads otherwise: an envelope or header of another shape, a malformed mask, a value a
+        converter refuses (even in a column the mask leaves out), an image whose columns differ,
+        a key column absent or null, a refused name."""
+        return _fast_parse(self, records)
+
+    def _fast_message(self, record: KafkaRecord, memo: dict) -> Optional[tuple]:
+        """``(QlikTable, data message)`` of a data message the fast path reads, or None (raises
+        for what :meth:`parse` refuses); ``memo`` is kept for one batch."""
+        raise NotImplementedError
 
     # -- the template's steps ------------------------------------------------------------------
 
@@ -345,6 +377,21 @@ class QlikJsonParser(QlikParser):
     def _metadata(self, env: _Envelope) -> QlikTable:
         return read_metadata(JSON_FORMAT, env.message)
 
+    def _fast_message(self, record: KafkaRecord, memo: dict) -> Optional[tuple]:
+        env = JSON.decode(record.value)
+        if type(env) is not dict or env.get("magic") != _JSON_MAGIC or env.get("type") != DATA:
+            return None
+        message = env.get("message")
+        if type(message) is not dict:
+            return None
+        sid = env.get("messageSchemaId")
+        if not (type(sid) is str and sid):
+            return self._data(_Envelope(DATA, None, env.get("messageSchema"), message))
+        table = memo.get(sid)
+        if table is None:
+            table = memo[sid] = self._table(sid)
+        return table, message
+
     def _data(self, env: _Envelope) -> tuple:
         msg = env.message
         headers = msg.get("headers") if isinstance(msg.get("headers"), Mapping) else {}
@@ -436,6 +483,19 @@ class QlikAvroParser(QlikParser):
             raise ParseError(AVRO_FORMAT, "data message is not an Avro record", "message")
         return table, message
 
+    def _fast_message(self, record: KafkaRecord, memo: dict) -> Optional[tuple]:
+        value = record.value
+        if value[:5] != MAGIC:
+            return None
+        schema = memo.get(None)
+        if schema is None:
+            schema = memo[None] = self._parsed(("envelope",), _ENVELOPE_TEXT, "value")
+        env = self._decode(value, schema, "value")
+        if env.get("type") != DATA:
+            return None
+        return self._data(_Envelope(DATA, env.get("messageSchemaId") or None, env.get("messageSchema") or None,
+                                    env["message"]))
+
     def _table_by_data_schema(self, schema_text: str) -> QlikTable:
         try:
             wanted = json.loads(schema_text)
@@ -451,3 +511,135 @@ class QlikAvroParser(QlikParser):
                 continue
         raise ParseError(AVRO_FORMAT, f"schema embedded in the message {_NEVER_SEEN}", "messageSchemaId")
 
+
+def _fast_parse(parser: QlikParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    """:meth:`QlikParser.fast_parse`: see there."""
+    out: list[Optional[list[tuple]]] = [None] * len(records)
+    groups: dict[tuple, tuple] = {}
+    memo: dict = {}
+    for i, rec in enumerate(records):
+        try:
+            found = parser._fast_message(rec, memo)
+            if found is None:
+                continue
+            table, message = found
+            headers = message.get("headers")
+            if type(headers) is not dict:
+                continue
+            operation = headers.get("operation")
+            if type(operation) is not str or not operation:
+                continue
+            op = OPS.get(operation.upper())
+            if op is None:
+                continue
+            row = message.get("data")
+            if op == "delete" and row is None:
+                row = message.get("beforeData")
+            if type(row) is not dict:
+                continue
+            key = (id(table), tuple(row))
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = (table, key[1], [])
+        group[2].append((i, message, headers, op, row))
+    timestamps: dict = {}
+    for table, columns, members in groups.values():
+        try:
+            _fast_group(parser, table, columns, members, timestamps, out)
+        except Exception:  # noqa: BLE001  (the per-record parser reads the group)
+            for member in members:
+                out[member[0]] = None
+    return out
+
+
+def _fast_group(parser: QlikParser, table: QlikTable, columns: tuple, members: list[tuple], timestamps: dict,
+                out: list) -> None:
+    """The changes of one table definition's records whose image names ``columns`` (``members``:
+    index, data message, headers, op, image) into ``out``."""
+    fmt, options = parser.format_name, parser.options
+    known = table.by_name
+    extra_types = options.column_types(None, table.schema, table.table)
+    pk = list(options.key_override(None, table.schema, table.table) or table.primary_key)
+    if not pk:
+        return
+    types = {c.name: c.ctype for c in table.columns}
+    ctypes = [known[c].ctype if c in known else extra_types.get(c, "string") for c in columns]
+    for col, ctype in zip(columns, ctypes):
+        if col not in known:
+            types.setdefault(col, ctype)
+    try:
+        check_names(ChangeRecord(fmt, None, table.schema, table.table, "insert", None, None, pk, types))
+    except ParseError:
+        return
+    types_pair = (list(types), list(types.values()))
+    converters = [value_converter(t) for t in ctypes]
+    afters, after_refused = convert_images([m[4] if m[3] != "delete" else None for m in members], columns, converters)
+    befores, before_refused = convert_images(
+        [m[4] if m[3] == "delete" else m[1].get("beforeData") if m[3] == "update" else None for m in members],
+        columns, converters)
+    column_masks: dict = {}
+    change_masks: dict = {}
+    timestamp_ms = parser._timestamp_ms
+    for j, (i, message, headers, op, row) in enumerate(members):
+        if j in after_refused or j in before_refused:
+            continue
+        try:
+            mask = headers.get("columnMask")
+            at = column_masks.get((type(mask), mask), False)
+            if at is False:
+                at = column_masks[(type(mask), mask)] = _mask_plan(table, columns, known, pk, mask)
+            mask = headers.get("changeMask")
+            if (type(mask), mask) not in change_masks:
+                change_masks[(type(mask), mask)] = table.columns_in(mask)
+            names, selected, pk_at = at
+            after, before = afters[j], befores[j]
+            if selected is not None:
+                after = None if after is None else [after[k] for k in selected]
+                before = None if before is None else [before[k] for k in selected]
+            if op == "delete":
+                image = key_delete_image(fmt, pk, dict(zip(names, before)), None,
+                                         "data" if message.get("data") is not None else "beforeData", _DELETE_HINT)
+                before_pair, after_pair = (list(image), list(image.values())), NO_MAP
+            else:
+                if pk_at is None or any(after[k] is None for k in pk_at):
+                    continue
+                before_pair, after_pair = NO_MAP if before is None else (names, before), (names, after)
+            if op == "snapshot":
+                position = list(REFRESH_POSITION)
+            else:
+                seq = headers.get("changeSequence")
+                if seq is None or seq == "":
+                    continue
+                position = [as_element(seq, "changeSequence")]
+            ts = headers.get("timestamp")
+            if type(ts) is str:
+                ts_ms = timestamps.get(ts, timestamps)
+                if ts_ms is timestamps:
+                    ts_ms = timestamps[ts] = timestamp_ms(ts)
+            else:
+                ts_ms = timestamp_ms(ts)
+            tx_id = headers.get("transactionId")
+            tx_id = (tx_id if tx_id is None or isinstance(tx_id, str) else str(tx_id)) or None
+            tx_seq = integer(fmt, headers.get("transactionEventCounter"), "headers.transactionEventCounter", None)
+            tx_last = transaction_last_event(headers)
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        out[i] = [(fmt, None, table.schema, table.table, op, before_pair, after_pair, list(pk), types_pair, position,
+                   ts_ms, tx_id, tx_seq, 0, tx_last, None)]
+
+
+def _mask_plan(table: QlikTable, columns: tuple, known: dict, pk: list, mask: Any) -> tuple:
+    """``(names, selected, pk_at)`` of a ``columnMask`` for images of ``columns``: the names an
+    image keeps, their indices in ``columns`` (None: all), the key columns' indices in ``names``
+    (None: a key column is not kept). Raises as :meth:`QlikTable.columns_in` does."""
+    present = table.columns_in(mask)
+    if present is None:
+        selected = list(range(len(columns)))
+    else:
+        present = set(present)
+        selected = [k for k, c in enumerate(columns) if c not in known or c in present]
+    names = [columns[k] for k in selected]
+    pk_at = [names.index(k) for k in pk] if all(k in names for k in pk) else None
+    return names, None if len(selected) == len(columns) else selected, pk_at

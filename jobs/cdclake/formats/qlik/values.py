@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from decimal import Decimal
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
-from cdclake.formats.text import coerce_text, float32_text, pad_scale
+from cdclake.formats.text import coerce_text, float32_text, pad_scale, text_converter
 from cdclake.types import normalize_type, to_text
 
 #: Qlik Replicate data type → canonical type (NUMERIC and unknown types are handled in :func:`qlik_type`).
@@ -112,6 +112,62 @@ def value_text(value: Any, ctype: str) -> Optional[str]:
     if isinstance(value, Decimal) and ctype.startswith("decimal"):
         return to_text(pad_scale(value, ctype))
     return coerce_text(value, ctype)
+
+
+_VALUE_CONVERTERS: dict[str, Callable[[Any], Optional[str]]] = {}
+
+
+def value_converter(ctype: str) -> Callable[[Any], Optional[str]]:
+    """:func:`value_text` for one canonical type as a function of the value:
+    ``value_converter(t)(v) == value_text(v, t)`` for every value, errors included (kept per type).
+
+    The value types a data message carries take the branch :func:`value_text` would take for them,
+    chosen by exact type (JSON text, numbers and booleans; Avro ``Decimal``, ``datetime``,
+    ``date``, ``time`` and ``bytes``); any other value goes through :func:`value_text` itself.
+    """
+    conv = _VALUE_CONVERTERS.get(ctype)
+    if conv is None:
+        conv = _VALUE_CONVERTERS[ctype] = _make_value_converter(ctype)
+    return conv
+
+
+def _make_value_converter(ctype: str) -> Callable[[Any], Optional[str]]:
+    if ctype in ("binary", "float"):
+        def general(value: Any) -> Optional[str]:
+            return value_text(value, ctype)
+        if ctype == "binary":
+            return general
+
+        def real4(value: Any) -> Optional[str]:
+            t = type(value)
+            if t is float or t is int or t is str:
+                return float32_text(float(value))
+            return value_text(value, ctype)
+        return real4
+    direct = text_converter(ctype)
+    is_decimal = ctype.startswith("decimal")
+    keeps_date = ctype in ("date", "string")
+    to_date = ctype == "date"
+    Decimal_, datetime_, date_, time_ = Decimal, _dt.datetime, _dt.date, _dt.time
+
+    def convert(value: Any) -> Optional[str]:
+        t = type(value)
+        if t is str or t is int or t is float or t is bool:
+            return direct(value)
+        if value is None:
+            return None
+        if t is Decimal_:
+            return to_text(pad_scale(value, ctype)) if is_decimal else direct(value)
+        if t is datetime_:
+            return to_text(value.date()) if to_date else to_text(value)
+        if t is date_:
+            return to_text(value) if keeps_date else direct(value)
+        if t is time_:
+            return value.isoformat()
+        if t is bytes and ctype == "string":
+            return to_text(value)
+        return value_text(value, ctype)
+    return convert
 
 
 def mask_ordinals(mask: Union[str, bytes, bytearray, None]) -> Optional[frozenset]:
