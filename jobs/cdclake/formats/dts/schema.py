@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import io
-from typing import Any
+from typing import Any, Optional
 
 import fastavro
 from fastavro.schema import parse_schema
@@ -181,3 +181,64 @@ def _read(data: bytes, schema: dict) -> dict:
     if rest:
         raise _TrailingBytes(f"value is not a DTS Avro record ({rest} bytes left after the record)")
     return msg
+
+
+# ---------------------------------------------------------------------------------------------
+# The operation of a value before it is read whole
+
+#: The ``Operation`` symbols, in the schema's order.
+OPERATIONS: tuple[str, ...] = tuple(
+    next(f for f in RECORD_SCHEMA["fields"] if f["name"] == "operation")["type"]["symbols"])
+#: What comes before ``operation``, datum by datum: ``version``, ``id``, ``sourceTimestamp`` (one
+#: variable-length integer each: False), ``sourcePosition``, ``safeSourcePosition``,
+#: ``sourceTxid`` (strings: True), ``source`` (``sourceType``, an enum, and ``version``).
+_HEAD = (False, False, False, True, True, True, False, True)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The zig-zag variable-length integer at ``pos`` and the position after it (IndexError at
+    the end of ``data``; ValueError past 10 bytes or 64 bits)."""
+    b = data[pos]
+    pos += 1
+    n, shift = b & 0x7F, 7
+    while b & 0x80:
+        if shift > 63:
+            raise ValueError("integer past 10 bytes")
+        b = data[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+    if n >> 64:
+        raise ValueError("integer past 64 bits")
+    return (n >> 1) ^ -(n & 1), pos
+
+
+def peek_operation(data: bytes) -> Optional[str]:
+    """The ``operation`` of a Kafka value, read from the data before it alone; None when those
+    bytes do not lead to one of the schema's operations (written in one byte). Reads no further:
+    the value may still be no record :func:`decode` reads."""
+    pos = 0
+    try:
+        for is_text in _HEAD:
+            b = data[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = _varint(data, pos)
+            if is_text:
+                if n < 0:
+                    return None
+                pos += n
+        b = data[pos]
+    except (IndexError, ValueError):
+        return None
+    index = (b >> 1) ^ -(b & 1)
+    return OPERATIONS[index] if b < 0x80 and 0 <= index < len(OPERATIONS) else None
+
+
+def read_whole(data: bytes) -> dict:
+    """``data`` read as one whole ``Record`` of the full schema (:data:`PARSED_SCHEMA`), as
+    :func:`decode` reads it first; raises (any exception) for bytes it does not read so, including
+    a record without ``bornTimestamp``."""
+    return _read(data, PARSED_SCHEMA)

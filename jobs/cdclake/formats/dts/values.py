@@ -296,3 +296,50 @@ def value_text(value: Any, ctype: Optional[str]) -> Optional[str]:
     if isinstance(value, Decimal) and not value.is_finite():
         raise ValueError(f"{value} is not a finite decimal")
     return to_text(value, ctype or "string")
+
+
+# ---------------------------------------------------------------------------------------------
+# a column of values over a batch of records
+
+_FLOAT = f"{NAMESPACE}.Float"
+
+
+def read_column(items: list, type_number: int, source: SourceInfo, memo: dict) -> list[Optional[list]]:
+    """:func:`read_value` over one column of a batch of images: per item ``[value, type, texts]``
+    (``texts``: a dict where the caller keeps the value's canonical texts by type), or None where
+    :func:`read_value` refuses the item.
+
+    ``memo`` (kept by the caller for one column: one ``type_number`` and ``source``) maps the items
+    read before to their entry, by a key equal only for items :func:`read_value` reads alike (the
+    branch and the record's values; none for a Float of 0.0, -0.0 or NaN, which compare unlike
+    their bits, nor for a value holding a record), so that equal items (an update's unchanged
+    columns) share one entry and are read once.
+    """
+    out: list[Optional[list]] = []
+    append = out.append
+    for item in items:
+        key = None
+        if type(item) is tuple:
+            data = item[1]
+            if type(data) is not dict:
+                key = item
+            elif item[0] != _FLOAT or (data["value"] and data["value"] == data["value"]):
+                key = (item[0], *data.values())
+        if key is not None:
+            try:
+                entry = memo[key]
+                append(entry)
+                continue
+            except KeyError:
+                pass
+            except TypeError:  # a value holding a record (TimestampWithTimeZone)
+                key = None
+        try:
+            value, ctype = read_value(item, type_number, source)
+            entry = [value, ctype, {}]
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            entry = None
+        if key is not None:
+            memo[key] = entry
+        append(entry)
+    return out
