@@ -15,6 +15,7 @@ import copy
 import datetime as dt
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -73,8 +74,18 @@ def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
     return [(m.partition, m.key, m.value) for m in debezium_json(src.run(), src.tables, partitions=partitions)]
 
 
-def test_every_format_with_a_fast_path_is_tested_here():
-    assert FAST_FORMATS == ["canal-json", "debezium-json"]
+#: Where each format's fast path is compared with its per-record parser, record by record.
+FAST_PATH_TESTS = {"arcion-json": "test_fast_path_arcion", "canal-json": "test_columnar_fast_path",
+                   "cdl-json": "test_fast_path_cdl", "debezium-json": "test_columnar_fast_path",
+                   "dts-avro": "test_fast_path_dts", "qlik-avro": "test_fast_path_qlik",
+                   "qlik-json": "test_fast_path_qlik", "shareplex-json": "test_fast_path_shareplex"}
+
+
+def test_every_format_has_a_fast_path_compared_record_by_record():
+    assert FAST_FORMATS == sorted(FORMATS) == sorted(FAST_PATH_TESTS)
+    here = Path(__file__).parent
+    for fmt, module in FAST_PATH_TESTS.items():
+        assert fmt in (here / f"{module}.py").read_text(), (fmt, module)
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
