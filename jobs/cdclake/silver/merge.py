@@ -38,44 +38,32 @@ def collapse(rows: "DataFrame", nkeys: int) -> "DataFrame":
     ``_last_order`` (order of the latest change), ``_before`` (the latest delete's before image),
     ``_tomb`` (the latest change is a recorded tombstone: nothing new), and the
     :data:`cdclake.lake.LAST_CHANGE_COLUMNS` of the latest change.
-
-    One aggregation (one shuffle): each key's changes are gathered into an array sorted by order
-    (Spark's ordering of the order struct, as ``max`` compares orders), and the reset, the latest
-    change and the image column by column are read from it with Spark SQL's higher-order
-    functions (a key has few changes in a batch). ``tests/test_collapse.py`` holds the earlier
-    form, one row per key and column, as the reference it is compared with.
     """
+    from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
     keys = [f"_k{i}" for i in range(nkeys)]
-    # images as arrays of entries: a struct holding a map cannot be sorted
-    change = F.struct(F.col("_ord").alias("o"), "_kind", F.map_entries("_img").alias("_img"),
-                      F.map_entries("_before").alias("_before"), "_tomb", *LAST_CHANGE_COLUMNS)
-    by_key = rows.groupBy(*keys).agg(F.array_sort(F.collect_list(change)).alias("_ch"))
-    last = "_ch[size(_ch) - 1]"
-    resets = "filter(_ch, x -> x._kind != 'update')"
-    reset = f"CASE WHEN size({resets}) > 0 THEN {resets}[size({resets}) - 1].o END"
-    by_key = by_key.select(*keys, "_ch", F.expr(last).alias("_last"), F.expr(reset).alias("_rst"))
-    # the changes since the reset that carry an image, the columns they carry, and per column
-    # the latest change carrying it
-    since = "filter(_ch, x -> x._kind != 'delete' AND x._img IS NOT NULL AND (_rst IS NULL OR x.o >= _rst))"
-    by_key = by_key.select(*keys, "_last", "_rst", F.expr(since).alias("_since")).select(
-        *keys, "_last", "_rst", "_since",
-        F.expr("array_distinct(flatten(transform(_since, x -> transform(x._img, e -> e.key))))").alias("_cols"))
-    by_key = by_key.withColumn("_by", F.expr(
-        "transform(_cols, c -> element_at(filter(_since, x -> exists(x._img, e -> e.key = c)), -1))"))
-    o3 = in_struct("x.o").sql()
+    w = W.partitionBy(*keys)
+    rows = rows.withColumn("_rst", F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).over(w))
+    last = rows.groupBy(*keys).agg(
+        F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS), F.col("_ord")).alias("_last"),
+        F.max("_rst").alias("_rst"), F.max("_ord").alias("_lord"))
+    o3 = in_struct("_ord").column()
+    img = (rows.where((F.col("_kind") != "delete") & (F.col("_rst").isNull() | (F.col("_ord") >= F.col("_rst"))))
+           .select(*keys, "_ord", o3.alias("_o3"), F.explode("_img").alias("_c", "_v"))
+           .groupBy(*keys, "_c").agg(F.max_by(F.struct("_v", "_o3"), "_ord").alias("_x"))
+           .groupBy(*keys).agg(F.map_from_entries(F.collect_list(F.struct("_c", "_x._v"))).alias("_img"),
+                               F.map_from_entries(F.collect_list(F.struct("_c", "_x._o3"))).alias("_ords")))
 
     def short(c: str):
         return F.when(F.col(c).isNotNull(), in_struct(c).column())
 
-    return by_key.select(
+    return last.join(img, keys, "left").select(
         *keys, F.when(F.col("_last._kind") == "delete", "delete").otherwise("upsert").alias("_op"),
-        short("_rst").alias("_reset"), in_struct("_last.o").column().alias("_last_order"),
-        F.expr("map_from_arrays(_cols, transform(_cols, (c, i) -> filter(_by[i]._img, e -> e.key = c)[0].value))")
-        .cast("map<string,string>").alias("_img"),
-        F.expr(f"map_from_arrays(_cols, transform(_by, x -> {o3}))").cast(f"map<string,{ORDER_TYPE}>").alias("_ords"),
-        F.map_from_entries("_last._before").alias("_before"), F.col("_last._tomb").alias("_tomb"),
+        short("_rst").alias("_reset"), short("_lord").alias("_last_order"),
+        F.coalesce("_img", F.create_map().cast("map<string,string>")).alias("_img"),
+        F.coalesce("_ords", F.create_map().cast(f"map<string,{ORDER_TYPE}>")).alias("_ords"),
+        F.col("_last._before").alias("_before"), F.col("_last._tomb").alias("_tomb"),
         *[F.col(f"_last.{c}").alias(c) for c in LAST_CHANGE_COLUMNS])
 
 
