@@ -79,6 +79,38 @@ def test_land_copies_records_exactly_with_their_hours(stack, spark, unique):
     assert spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'").count() == 40
 
 
+def _files_per_hour(spark, table: str, topic: str) -> dict:
+    """``{hour partition: data files}`` of ``topic`` in Iceberg table ``table``."""
+    return {r.h: r.n for r in spark.sql(
+        f"SELECT partition.landed_hour_hour AS h, count(*) AS n FROM {table}.files "
+        f"WHERE partition.kafka_topic = '{topic}' GROUP BY 1").collect()}
+
+
+def test_an_hour_is_written_by_every_task_that_holds_its_records(stack, spark, unique):
+    """Raw and bronze hours are written by the tasks that read them (one file each), not gathered
+    into one task per hour first, which ran a topic's hour on one core after a shuffle of every value."""
+    from cdclake.catalog import qualified
+    from cdclake.config import load_pipeline
+    from cdclake.land import land
+    from cdclake.lake import QUARANTINE_TABLE, RAW_TABLE
+    from cdclake.normalize import normalize
+    from cdclake.window import Window
+
+    topic = f"land.files.{unique}"
+    base = hour(5)
+    records = [r for r in _records(ms(base)) if r["hour"] < 2]
+    produce(stack["bootstrap"], topic, _tuples(records), partitions=2)
+    cfg = load_pipeline(write_pipeline(f"land_files_{unique}", [{"topic": topic, "format": "debezium-json"}]))
+    window = Window(base, base + dt.timedelta(hours=2), (topic,))
+
+    assert land(spark, cfg, window) == {topic: 40}
+    raw = _files_per_hour(spark, qualified(cfg, RAW_TABLE), topic)
+    assert len(raw) == 2 and set(raw.values()) == {2}, raw  # each hour: one file per Kafka partition's task
+    assert normalize(spark, cfg, window)[topic]["quarantined"] > 0  # these values are not Debezium
+    quarantine = _files_per_hour(spark, qualified(cfg, QUARANTINE_TABLE), topic)
+    assert len(quarantine) == 2 and min(quarantine.values()) >= 2, quarantine
+
+
 def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique):
     from confluent_kafka.admin import AdminClient
 

@@ -96,6 +96,20 @@ def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hou
             & (F.col(hour_col) < F.lit(window.end).cast("timestamp")))
 
 
+#: Iceberg write options of the hour tables (raw, ledger, bronze, quarantine, control): every task
+#: writes the rows it holds. Iceberg's default (``hash``) first shuffles a partitioned table's rows
+#: so that each partition is written by one task: a topic's hour, the whole of a window, went
+#: through one task and one core, after a shuffle of every value. With ``fanout-enabled`` a task
+#: may hold rows of several partitions (a window of several hours or topics).
+HOUR_WRITE_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
+
+
+def overwrite_hours(df: "DataFrame", cfg: PipelineConfig, table: str, window: Window, topics: list[str]) -> None:
+    """Replace the rows of ``topics`` in the hours of ``window`` in hour table ``table`` with ``df``
+    (:data:`HOUR_WRITE_OPTIONS`): one Iceberg commit, files written by the tasks that hold the rows."""
+    df.writeTo(qualified(cfg, table)).options(**HOUR_WRITE_OPTIONS).overwrite(window_filter(window, topics))
+
+
 def _create(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: str, partitioning: str,
             properties: str = "") -> None:
     spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, table)} ({schema}) USING iceberg "

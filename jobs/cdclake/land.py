@@ -34,7 +34,7 @@ from cdclake.errors import LandingShrinks
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import OffsetRange, Piece
 from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
-                          window_filter)
+                          overwrite_hours, window_filter)
 from cdclake.window import UTC, Window
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
         if rerun:
             df = df.persist(StorageLevel.MEMORY_AND_DISK)
             check_not_shrinking(spark, cfg, window, topics, df)
-        df.writeTo(qualified(cfg, RAW_TABLE)).overwrite(window_filter(window, topics))
+        overwrite_hours(df, cfg, RAW_TABLE, window, topics)
     finally:
         df.unpersist()  # nothing to free after a first landing
     kill_point("land.raw_written")
@@ -182,8 +182,7 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     ledger = _ledger_rows(reported.value, plans)
     now = dt.datetime.now(UTC)
     rows = [(r.topic, r.partition, r.hour, r.start, r.end, r.records, now) for r in ledger]
-    spark.createDataFrame(rows, MANIFEST_SCHEMA).writeTo(qualified(cfg, MANIFEST_TABLE)).overwrite(
-        window_filter(window, topics))
+    overwrite_hours(spark.createDataFrame(rows, MANIFEST_SCHEMA), cfg, MANIFEST_TABLE, window, topics)
     result = {t: 0 for t in topics}
     for r in ledger:
         if r.records or r.end > r.start:
