@@ -25,7 +25,12 @@ if TYPE_CHECKING:
 MERGE_VIEW = "_cdc_merge_source"
 
 
-def collapse(rows: "DataFrame", nkeys: int) -> "DataFrame":
+#: Widest table whose batch collapses with one aggregate per column (:func:`collapse`); a wider
+#: one collapses through its exploded images (:func:`collapse_exploded`), which any width suits.
+MAX_COLUMN_AGGREGATES = 256
+
+
+def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None) -> "DataFrame":
     """One row per key: the net effect for that key of the batch's changes, keyed
     (:func:`cdclake.silver.keys.keyed_rows`).
 
@@ -38,7 +43,62 @@ def collapse(rows: "DataFrame", nkeys: int) -> "DataFrame":
     ``_last_order`` (order of the latest change), ``_before`` (the latest delete's before image),
     ``_tomb`` (the latest change is a recorded tombstone: nothing new), and the
     :data:`cdclake.lake.LAST_CHANGE_COLUMNS` of the latest change.
+
+    ``columns``: every column an image may carry that counts (the silver table's; ``_img`` and
+    ``_ords`` hold no other). Given, and at most :data:`MAX_COLUMN_AGGREGATES`, the batch collapses
+    in one aggregation by key, one shuffle, no array: per column, the latest change that carries
+    it *or is a reset*. That change is never older than the key's reset, and it is a reset that
+    does not carry the column (a delete, an insert without it) exactly when no change since the
+    reset carries the column: the column is then left out. Otherwise (and as the reference the
+    tests compare with): :func:`collapse_exploded`, the same result.
     """
+    from pyspark.sql import functions as F
+
+    if columns is None or len(columns) > MAX_COLUMN_AGGREGATES:
+        return collapse_exploded(rows, nkeys)
+    keys = [f"_k{i}" for i in range(nkeys)]
+    is_reset = F.col("_kind") != "update"
+    o3 = in_struct("_ord").column()
+
+    def latest(c: str):
+        carried = F.map_contains_key("_img", c)  # null for a delete (no image): a reset
+        return F.max_by(F.struct(carried.alias("has"), F.col("_img")[c].alias("v"), o3.alias("o")),
+                        F.when(carried | is_reset, F.col("_ord")))
+
+    per_key = rows.groupBy(*keys).agg(
+        F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS), F.col("_ord")).alias("_last"),
+        F.max(F.when(is_reset, F.col("_ord"))).alias("_rst"), F.max("_ord").alias("_lord"),
+        *[latest(c).alias(f"_c{i}") for i, c in enumerate(columns)])
+    # the carried ones (a column no change of the key carries, or its reset left out, has no entry)
+    kept = F.filter(F.array(*[F.struct(F.lit(c).alias("c"), F.col(f"_c{i}.has").alias("has"),
+                                       F.col(f"_c{i}.v").alias("v"), F.col(f"_c{i}.o").alias("o"))
+                              for i, c in enumerate(columns)]), lambda e: e["has"])
+    img = F.map_from_entries(F.transform(kept, lambda e: F.struct(e["c"], e["v"])))
+    ords = F.map_from_entries(F.transform(kept, lambda e: F.struct(e["c"], e["o"])))
+    return _collapsed(per_key, keys, img, ords)
+
+
+def _collapsed(per_key: "DataFrame", keys: list[str], img, ords) -> "DataFrame":
+    """:func:`collapse`'s output columns from one row per key with ``_last``, ``_rst``, ``_lord``
+    and the columns ``img`` and ``ords`` (null: no column)."""
+    from pyspark.sql import functions as F
+
+    def short(c: str):
+        return F.when(F.col(c).isNotNull(), in_struct(c).column())
+
+    return per_key.select(
+        *keys, F.when(F.col("_last._kind") == "delete", "delete").otherwise("upsert").alias("_op"),
+        short("_rst").alias("_reset"), short("_lord").alias("_last_order"),
+        F.coalesce(img, F.create_map().cast("map<string,string>")).alias("_img"),
+        F.coalesce(ords, F.create_map().cast(f"map<string,{ORDER_TYPE}>")).alias("_ords"),
+        F.col("_last._before").alias("_before"), F.col("_last._tomb").alias("_tomb"),
+        *[F.col(f"_last.{c}").alias(c) for c in LAST_CHANGE_COLUMNS])
+
+
+def collapse_exploded(rows: "DataFrame", nkeys: int) -> "DataFrame":
+    """:func:`collapse` through each change's exploded image, for any number of columns: the reset
+    of each key by a window, the latest change by key, the latest value since the reset by key and
+    column, then joined (four shuffles)."""
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
@@ -54,17 +114,7 @@ def collapse(rows: "DataFrame", nkeys: int) -> "DataFrame":
            .groupBy(*keys, "_c").agg(F.max_by(F.struct("_v", "_o3"), "_ord").alias("_x"))
            .groupBy(*keys).agg(F.map_from_entries(F.collect_list(F.struct("_c", "_x._v"))).alias("_img"),
                                F.map_from_entries(F.collect_list(F.struct("_c", "_x._o3"))).alias("_ords")))
-
-    def short(c: str):
-        return F.when(F.col(c).isNotNull(), in_struct(c).column())
-
-    return last.join(img, keys, "left").select(
-        *keys, F.when(F.col("_last._kind") == "delete", "delete").otherwise("upsert").alias("_op"),
-        short("_rst").alias("_reset"), short("_lord").alias("_last_order"),
-        F.coalesce("_img", F.create_map().cast("map<string,string>")).alias("_img"),
-        F.coalesce("_ords", F.create_map().cast(f"map<string,{ORDER_TYPE}>")).alias("_ords"),
-        F.col("_last._before").alias("_before"), F.col("_last._tomb").alias("_tomb"),
-        *[F.col(f"_last.{c}").alias(c) for c in LAST_CHANGE_COLUMNS])
+    return _collapsed(last.join(img, keys, "left"), keys, F.col("_img"), F.col("_ords"))
 
 
 def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str]) -> str:
@@ -149,13 +199,15 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
             f"{not_matched} INSERT ({', '.join(insert_cols)}) VALUES ({', '.join(insert_vals)})")
 
 
-def merge_source(keyed: "DataFrame", nkeys: int, truncated_at: Optional[tuple]) -> "DataFrame":
-    """What to merge: the collapsed batch (:func:`collapse`) without the keys whose latest change is
-    a recorded tombstone, the latest truncate ``truncated_at`` (``(position, partition, offset)``,
-    or None) a reset of every key; computed once (:func:`cdclake.catalog.materialize`)."""
+def merge_source(keyed: "DataFrame", nkeys: int, truncated_at: Optional[tuple],
+                 columns: Optional[list[str]] = None) -> "DataFrame":
+    """What to merge: the collapsed batch (:func:`collapse`, of ``columns``) without the keys whose
+    latest change is a recorded tombstone, the latest truncate ``truncated_at`` (``(position,
+    partition, offset)``, or None) a reset of every key; computed once
+    (:func:`cdclake.catalog.materialize`)."""
     from pyspark.sql import functions as F
 
-    src = collapse(keyed, nkeys).where(~F.col("_tomb"))
+    src = collapse(keyed, nkeys, columns).where(~F.col("_tomb"))
     if truncated_at is not None:  # a truncate is a reset of every key
         src = src.withColumn("_reset", F.greatest(F.col("_reset"), literal(truncated_at).column()))
     return materialize(src)
