@@ -170,6 +170,29 @@ def child_env(state: Path) -> dict:
     return env
 
 
+def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: str) -> None:
+    """Put each measured stage's Spark job timeline (:mod:`bench.timeline`) beside its figures,
+    ``formats.<tag>.stages.<stage>.timeline``, and log it."""
+    from bench import timeline
+    from bench.pipeline import STAGES
+
+    cores = os.cpu_count() or 1
+    if master.startswith("local[") and master[6:-1].isdigit():
+        cores = int(master[6:-1])
+    try:
+        found = timeline.stage_timelines(event_log, sampler.intervals, cores)
+    except Exception as exc:  # the figures stand without it
+        results["errors"].append(f"timeline: {type(exc).__name__}: {exc}")
+        return
+    for tag, r in results["formats"].items():
+        for stage, figs in r.get("stages", {}).items():
+            t = found.get(f"{tag}/{stage}")
+            if t is not None:
+                figs["timeline"] = t
+                if stage in STAGES:
+                    log.info("%s %s: %s", tag, stage, timeline.describe(t))
+
+
 def reset_lake(state: Path) -> None:
     from cdclake.demo import reset_lake as reset
 
@@ -398,7 +421,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from cdclake.config import load_pipeline
 
-    cfg = load_pipeline(pipeline.write_pipeline(state, bootstrap, tags, args.driver_memory, args.master))
+    # Spark's event log, read after the session stops for each stage's job timeline (bench.timeline)
+    events_dir = state / "spark-events"
+    shutil.rmtree(events_dir, ignore_errors=True)
+    events_dir.mkdir(parents=True)
+    cfg = load_pipeline(pipeline.write_pipeline(
+        state, bootstrap, tags, args.driver_memory, args.master,
+        spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri()}))
     sampler = RssSampler(interval=args.rss_interval, exclude=[broker_pid] if broker_pid else [])
     spark = None
     try:
@@ -478,7 +507,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         log.error("benchmark failed\n%s", traceback.format_exc())
     finally:
         if spark is not None:
+            app_id = spark.sparkContext.applicationId
             spark.stop()
+            add_timelines(results, sampler, events_dir / app_id, args.master)
 
     # -- peers (after Spark has stopped) ---------------------------------------------------
     if args.peers:

@@ -31,6 +31,8 @@ class Span:
         self.label = label
         self.start = time.monotonic()
         self.end: Optional[float] = None
+        self.started_at = time.time()  # epoch s, to match Spark's event log (bench.timeline)
+        self.ended_at: Optional[float] = None
         self.peak_total = 0.0
         self.at_peak: dict[str, float] = {}
         self.peak: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
@@ -69,6 +71,7 @@ class RssSampler:
         self.interval = interval
         self.exclude = set(exclude)
         self._spans: list[Span] = []
+        self.intervals: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
@@ -126,7 +129,8 @@ class RssSampler:
 
     @contextmanager
     def span(self, label: str) -> Iterator[Span]:
-        """Measure wall time and peak RSS of the ``with`` block."""
+        """Measure wall time and peak RSS of the ``with`` block (each closed span is kept in
+        ``intervals``: ``{label: (start, end)}``, epoch seconds)."""
         s = Span(label)
         s.add(*self._sample())
         with self._lock:
@@ -136,8 +140,10 @@ class RssSampler:
         finally:
             s.add(*self._sample())
             s.end = time.monotonic()
+            s.ended_at = time.time()
             with self._lock:
                 self._spans.remove(s)
+            self.intervals[label] = (s.started_at, s.ended_at)
 
     def close(self) -> None:
         self._stop.set()
