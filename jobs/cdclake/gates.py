@@ -51,12 +51,18 @@ EXPECTATIONS_DIR = REPO_ROOT / "expectations"
 STAGES = ("land", "normalize", "silver")
 
 
-def _scan(catalog, table: str, window: Window, topics: list[str], columns: tuple[str, ...]):
+def _scan_arrow(catalog, table: str, window: Window, topics: list[str], columns: tuple[str, ...]):
+    """``columns`` of ``topics``' rows in the hours of ``window`` of hour table ``table``, an Arrow table."""
     from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThan
 
     flt = And(In("kafka_topic", topics), And(GreaterThanOrEqual("landed_hour", window.start.isoformat()),
                                              LessThan("landed_hour", window.end.isoformat())))
-    return catalog.load_table(table).scan(row_filter=flt, selected_fields=columns).to_pandas()
+    return catalog.load_table(table).scan(row_filter=flt, selected_fields=columns).to_arrow()
+
+
+def _scan(catalog, table: str, window: Window, topics: list[str], columns: tuple[str, ...]):
+    """:func:`_scan_arrow` as a pandas frame."""
+    return _scan_arrow(catalog, table, window, topics, columns).to_pandas()
 
 
 def land_frames(cfg: PipelineConfig, window: Window) -> dict:
@@ -143,14 +149,22 @@ def land_frames(cfg: PipelineConfig, window: Window) -> dict:
 def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
     """The normalize gate's ``counts`` and ``changes`` frames."""
     import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     topics = list(window.topics or cfg.topics())
     cat = pyiceberg_catalog(cfg.catalog)
     coords = ("kafka_topic", "landed_hour", "kafka_partition", "kafka_offset")
     raw = _scan(cat, RAW_TABLE, window, topics, coords)
-    changes = _scan(cat, BRONZE_TABLE, window, topics, coords + ("op", "source_table", "source_format", "source_position"))
-    parts = {name: _scan(cat, table, window, topics, coords).drop_duplicates()
-             for name, table in (("changes", BRONZE_TABLE), ("quarantine", QUARANTINE_TABLE), ("control", CONTROL_TABLE))}
+    # the positions' lengths computed in Arrow: as pandas objects (a list of Decimals per change)
+    # a 5M-change hour took gigabytes
+    changes = _scan_arrow(cat, BRONZE_TABLE, window, topics,
+                          coords + ("op", "source_table", "source_format", "source_position"))
+    sizes = pc.fill_null(pc.list_value_length(changes["source_position"]), 0).cast(pa.int64())
+    changes = changes.drop_columns(["source_position"]).append_column("position_size", sizes).to_pandas()
+    parts = {"changes": changes[list(coords)].drop_duplicates()}
+    parts.update({name: _scan(cat, table, window, topics, coords).drop_duplicates()
+                  for name, table in (("quarantine", QUARANTINE_TABLE), ("control", CONTROL_TABLE))})
     everything = pd.concat(parts.values(), ignore_index=True)
     per_record = everything.groupby(list(coords)).size().rename("n").reset_index()
     keys = ["kafka_topic", "landed_hour"]
@@ -159,8 +173,7 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
     counts = counts.merge(acc, on=keys, how="outer").fillna(0)
     for c in ("raw", "accounted", "overlap"):
         counts[c] = counts[c].astype("int64")
-    changes = changes.assign(position_size=changes["source_position"].map(lambda p: 0 if p is None else len(p)))
-    return {"counts": counts, "changes": changes.drop(columns=["source_position"])}
+    return {"counts": counts, "changes": changes}
 
 
 def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
