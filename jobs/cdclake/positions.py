@@ -22,8 +22,14 @@ import re
 from typing import Optional
 
 MAX_ELEMENT = 10**38 - 1
-_BINLOG_RE = re.compile(r"^(?P<base>.*?)\.?(?P<num>\d+)$")
+_BINLOG_RE = re.compile(r"^(?P<base>.*?)\.?(?P<num>[0-9]+)$")
 _LSN_RE = re.compile(r"^(?P<hi>[0-9A-Fa-f]{1,8})/(?P<lo>[0-9A-Fa-f]{1,8})$")
+
+
+def _ascii_digits(text: str) -> bool:
+    """``text`` is ASCII digits only: ``str.isdigit`` also takes other scripts' digits (``"١٢٣"``,
+    which ``int`` reads as 123) and superscripts, which no source writes in a position."""
+    return text.isascii() and text.isdigit()
 
 
 def binlog_file_number(name: str) -> int:
@@ -47,7 +53,7 @@ def pg_lsn(value: object) -> int:
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    if text.isdigit():
+    if _ascii_digits(text):
         return int(text)
     m = _LSN_RE.match(text)
     if not m:
@@ -68,7 +74,7 @@ def as_element(value: object, what: str = "position") -> int:
         n = value
     else:
         text = str(value).strip()
-        if not text.isdigit():
+        if not _ascii_digits(text):
             raise ValueError(f"{what} {value!r} is not a non-negative integer")
         n = int(text)
     if n < 0 or n > MAX_ELEMENT:

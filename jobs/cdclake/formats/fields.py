@@ -31,7 +31,7 @@ from cdclake.positions import as_element, optional_int
 from cdclake.record import ParseError
 
 _REQUIRED: Any = object()
-_INTEGER_RE = re.compile(r"\s*-?\d+\s*")
+_INTEGER_RE = re.compile(r"\s*-?[0-9]+\s*")
 
 
 def element(fmt: str, value: Any, field_name: str, *, what: Optional[str] = None, null: Any = _REQUIRED,

@@ -78,7 +78,7 @@ OPS = {
     "TRUNCATE": "truncate",
 }
 CONTROL_OPS = {"DROP COLUMN": "ddl", "UPDATE BEFORE": "metadata"}
-_IDX_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_IDX_RE = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]+)\s*$")
 _DELETE_HINT = "the deleted row does not carry them; check the configured primary_key"
 #: Entries kept per parser in each of the fast path's caches (operations with their
 #: tables, commit times, Kafka keys); past that, a cache starts anew.

@@ -33,8 +33,8 @@ ABSENT = _Absent()
 
 EPOCH = _dt.datetime(1970, 1, 1)
 _EPOCH = EPOCH
-_ISO_START_RE = re.compile(r"^\d{4}-\d{2}-\d{2}")
-_SUBMICRO_RE = re.compile(r"\.(\d{7,})")
+_ISO_START_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_SUBMICRO_RE = re.compile(r"\.([0-9]{7,})")
 _INT_TYPES = ("smallint", "int", "bigint")
 
 

@@ -75,7 +75,7 @@ CONTROL_OPERATIONS = {
     "HEARTBEAT": "heartbeat", "CHECKPOINT": "heartbeat", "NOOP": "heartbeat",
     "FILL": "metadata", "FINISH": "metadata", "CONTROL": "metadata", "RDB": "metadata", "INIT": "metadata",
 }
-_POSITION_RE = re.compile(r"^(\d+)@(\d+)$")
+_POSITION_RE = re.compile(r"^([0-9]+)@([0-9]+)$")
 _DELETE_HINT = "the deleted row's image does not carry them"
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _TRUNCATE_RE = re.compile(rf"^\s*truncate\s+(?:table\s+)?(?P<name>{_IDENT}(?:\s*\.\s*{_IDENT})?)\s*;?\s*$", re.I)

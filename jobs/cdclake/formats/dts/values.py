@@ -19,7 +19,7 @@ from cdclake.formats.dts.schema import NAMESPACE
 from cdclake.formats.text import ABSENT, float32_text
 from cdclake.types import to_text
 
-_INTEGER_RE = re.compile(r"^[+-]?\d+$")
+_INTEGER_RE = re.compile(r"^[+-]?[0-9]+$")
 
 # ---------------------------------------------------------------------------------------------
 # character sets
@@ -87,7 +87,7 @@ _INT_BYTES = {1: "smallint", 2: "smallint", 3: "int", 4: "int"}
 _INT_RANGES = (("smallint", 2**15), ("int", 2**31), ("bigint", 2**63))
 _INT_ORDER = {"smallint": 0, "int": 1, "bigint": 2}
 _EPOCH = _dt.datetime(1970, 1, 1)
-_OFFSET_RE = re.compile(r"^(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?$", re.I)
+_OFFSET_RE = re.compile(r"^(?:UTC|GMT)?\s*([+-])([0-9]{1,2})(?::?([0-9]{2}))?(?::?([0-9]{2}))?$", re.I)
 
 
 class SourceInfo:

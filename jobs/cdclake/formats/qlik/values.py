@@ -25,7 +25,7 @@ QLIK_TYPES = {
     "BYTES": "binary", "BLOB": "binary",
     "DATE": "date", "TIME": "string", "DATETIME": "timestamp", "TIMESTAMP": "timestamp",
 }
-_TYPE_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
+_TYPE_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\(\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*)?\))?\s*$")
 
 
 def qlik_type(type_text: Any, precision: Any = 0, scale: Any = 0) -> str:
@@ -70,7 +70,7 @@ def _int_or_zero(value: Any) -> int:
         return 0
     if isinstance(value, int):
         return max(value, 0)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdigit() and value.isascii():
         return int(value)
     return 0
 
