@@ -89,16 +89,19 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 # second runs
 
 
-def child_run(args: argparse.Namespace, date: str, events: int, formats: list[str], master: str) -> dict:
+def child_run(args: argparse.Namespace, date: str, events: int, formats: list[str], master: str,
+              cpus: Optional[int] = None) -> dict:
     """Run ``bench.run`` again in a child process (its own Spark session and broker, the same
     state directory, reset) for ``formats`` at ``events`` on ``master``, without merge scaling,
-    peers or ``from_json``; return its results (``bench/results/<date>.json``), or ``{"error": ...}``."""
+    peers or ``from_json``; return its results (``bench/results/<date>.json``), or ``{"error": ...}``.
+    ``cpus``: the child and everything it starts run on the first ``cpus`` CPUs only."""
     cmd = [sys.executable, "-m", "bench.run", "--events", str(events), "--formats", ",".join(formats),
            "--master", master, "--driver-memory", args.driver_memory, "--merge-sizes", "", "--peers", "",
            "--no-from-json", "--warmup-events", str(args.warmup_events), "--seed", str(args.seed),
            "--gen-jobs", str(args.gen_jobs), "--out", args.out, "--date", date] + (["--no-gates"] if args.no_gates else [])
     log.info("second run: %s", " ".join(cmd[1:]))
-    done = subprocess.run(cmd, env=child_env(bench_state_dir()), cwd=REPO_ROOT)
+    pin = (lambda: os.sched_setaffinity(0, set(range(cpus)))) if cpus else None
+    done = subprocess.run(cmd, env=child_env(bench_state_dir()), cwd=REPO_ROOT, preexec_fn=pin)
     path = Path(args.out) / f"{date}.json"
     if not path.exists():
         return {"error": f"the run {' '.join(cmd[1:])} exited {done.returncode} without results"}
@@ -133,10 +136,14 @@ def scale_run(args: argparse.Namespace, date: str, results: dict) -> dict:
 
 
 def speedup_run(args: argparse.Namespace, date: str, results: dict) -> dict:
-    """The ``--speedup`` formats' hour again on ``local[1]``: per format and stage, the wall time
-    on one core over this run's (the target: at least 1.8 for normalize and silver)."""
-    child = child_run(args, f"{date}-local1", args.events, args.speedup, "local[1]")
-    out: dict = {"master": args.master, "against": "local[1]", "errors": child.get("errors", []),
+    """The ``--speedup`` formats' hour again on ``local[1]`` and one CPU: per format and stage,
+    the wall time on one core over this run's (the target: at least 1.8 for normalize and silver).
+
+    The child runs on one CPU, with everything it starts (the JVM's garbage collector and compiler
+    threads, the Python workers, the broker): ``local[1]`` alone runs one task at a time but lets
+    the rest use the other cores, which is not a run on one core."""
+    child = child_run(args, f"{date}-local1", args.events, args.speedup, "local[1]", cpus=1)
+    out: dict = {"master": args.master, "against": "local[1] on one CPU", "errors": child.get("errors", []),
                  "results_file": child.get("results_file"), "formats": {}}
     for tag in args.speedup:
         one, many = child.get("formats", {}).get(tag), results["formats"].get(tag)
