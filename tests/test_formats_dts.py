@@ -499,6 +499,28 @@ def test_trailing_bytes_are_an_error():
     assert e.field == "value" and "left after the record" in str(e)
 
 
+def _enum_byte(over_a: dict, over_b: dict) -> tuple[bytearray, int]:
+    """``encode(record(**over_a))`` and the place of the one byte that differs from ``over_b``'s."""
+    a, b = encode(record(**over_a)), encode(record(**over_b))
+    places = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    assert len(a) == len(b) and len(places) == 1
+    return bytearray(a), places[0]
+
+
+@pytest.mark.parametrize("over_a, over_b", [
+    ({"operation": "INSERT"}, {"operation": "UPDATE"}),
+    ({"source": {"sourceType": "MySQL", "version": "8"}}, {"source": {"sourceType": "Oracle", "version": "8"}}),
+])
+@pytest.mark.parametrize("index_byte", [0x01, 0x03, 0x19])  # zig-zag -1, -2, -13 (each a symbol of both enums)
+def test_a_negative_enum_index_is_an_error_not_a_symbol_from_the_end(over_a, over_b, index_byte):
+    """fastavro reads a negative enum index as a symbol counted from the end: a corrupt operation
+    byte 0x01 (-1) read as INIT, a control record, and a sourceType -1 as OTHER."""
+    data, at = _enum_byte(over_a, over_b)
+    data[at] = index_byte
+    e = errors(bytes(data))
+    assert e.field == "value" and "negative enum index" in str(e)
+
+
 @pytest.mark.parametrize("over, field", [
     ({"objectName": None}, "objectName"),
     ({"objectName": "mydb"}, "objectName"),

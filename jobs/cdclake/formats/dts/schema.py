@@ -171,7 +171,7 @@ def decode(raw: bytes) -> dict:
 
 
 class _TrailingBytes(Exception):
-    """Bytes remain after one whole record."""
+    """Bytes remain after one whole record (or its enums hold indices the schema lacks)."""
 
 
 def _read(data: bytes, schema: dict) -> dict:
@@ -180,6 +180,9 @@ def _read(data: bytes, schema: dict) -> dict:
     rest = len(data) - stream.tell()
     if rest:
         raise _TrailingBytes(f"value is not a DTS Avro record ({rest} bytes left after the record)")
+    if not _head_enums_in_range(data):
+        raise _TrailingBytes("value is not a DTS Avro record (source.sourceType or operation is written as a "
+                             "negative enum index)")
     return msg
 
 
@@ -235,6 +238,24 @@ def peek_operation(data: bytes) -> Optional[str]:
         return None
     index = (b >> 1) ^ -(b & 1)
     return OPERATIONS[index] if b < 0x80 and 0 <= index < len(OPERATIONS) else None
+
+
+#: The ``SourceType`` symbols, in the schema's order.
+SOURCE_TYPES: tuple[str, ...] = tuple(
+    next(f for f in RECORD_SCHEMA["fields"] if f["name"] == "source")["type"]["fields"][0]["type"]["symbols"])
+
+
+def _head_enums_in_range(data: bytes) -> bool:
+    """``source.sourceType`` and ``operation`` of a record fastavro has read are indices the schema
+    has: fastavro reads a negative enum index as a symbol counted from the end (-1 as ``INIT``)."""
+    pos = 0
+    for i, is_text in enumerate(_HEAD):
+        n, pos = _varint(data, pos)
+        if i == 6 and not 0 <= n < len(SOURCE_TYPES):  # source.sourceType
+            return False
+        if is_text:
+            pos += n
+    return 0 <= _varint(data, pos)[0] < len(OPERATIONS)
 
 
 def read_whole(data: bytes) -> dict:
