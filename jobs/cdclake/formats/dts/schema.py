@@ -163,15 +163,16 @@ def decode(raw: bytes) -> dict:
         except Exception:  # noqa: BLE001  (report the first failure below)
             pass
         reason = "value is not a DTS Avro record (truncated: the data ends early)"
-    except _TrailingBytes as exc:
+    except _NotOneRecord as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001  (fastavro raises many types for foreign bytes)
         reason = f"value is not a DTS Avro record ({type(exc).__name__}: {exc})"
     raise ParseError(FORMAT, reason, "value")
 
 
-class _TrailingBytes(Exception):
-    """Bytes remain after one whole record (or its enums hold indices the schema lacks)."""
+class _NotOneRecord(Exception):
+    """fastavro read the bytes, but they are not one whole record: bytes remain after it, or an
+    enum before its images holds an index the schema lacks."""
 
 
 def _read(data: bytes, schema: dict) -> dict:
@@ -179,9 +180,9 @@ def _read(data: bytes, schema: dict) -> dict:
     msg = fastavro.schemaless_reader(stream, schema, return_named_type=True)
     rest = len(data) - stream.tell()
     if rest:
-        raise _TrailingBytes(f"value is not a DTS Avro record ({rest} bytes left after the record)")
+        raise _NotOneRecord(f"value is not a DTS Avro record ({rest} bytes left after the record)")
     if not _head_enums_in_range(data):
-        raise _TrailingBytes("value is not a DTS Avro record (source.sourceType or operation is written as a "
+        raise _NotOneRecord("value is not a DTS Avro record (source.sourceType or operation is written as a "
                              "negative enum index)")
     return msg
 
@@ -216,28 +217,37 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
+def _head(data: bytes) -> tuple[int, int, int]:
+    """``(sourceType index, operation index, bytes of the operation)`` of a value, read from the
+    data up to ``operation`` alone (IndexError at the end of ``data``, ValueError for a negative
+    text length or an integer past 64 bits)."""
+    pos, source_type = 0, 0
+    for i, is_text in enumerate(_HEAD):
+        b = data[pos]
+        if b < 0x80:  # what nearly every datum here is: one byte
+            n = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            n, pos = _varint(data, pos)
+        if is_text:
+            if n < 0:
+                raise ValueError("negative text length")
+            pos += n
+        elif i == 6:
+            source_type = n
+    operation, end = _varint(data, pos)
+    return source_type, operation, end - pos
+
+
 def peek_operation(data: bytes) -> Optional[str]:
     """The ``operation`` of a Kafka value, read from the data before it alone; None when those
     bytes do not lead to one of the schema's operations (written in one byte). Reads no further:
     the value may still be no record :func:`decode` reads."""
-    pos = 0
     try:
-        for is_text in _HEAD:
-            b = data[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                n, pos = _varint(data, pos)
-            if is_text:
-                if n < 0:
-                    return None
-                pos += n
-        b = data[pos]
+        _, index, width = _head(data)
     except (IndexError, ValueError):
         return None
-    index = (b >> 1) ^ -(b & 1)
-    return OPERATIONS[index] if b < 0x80 and 0 <= index < len(OPERATIONS) else None
+    return OPERATIONS[index] if width == 1 and 0 <= index < len(OPERATIONS) else None
 
 
 #: The ``SourceType`` symbols, in the schema's order.
@@ -248,14 +258,8 @@ SOURCE_TYPES: tuple[str, ...] = tuple(
 def _head_enums_in_range(data: bytes) -> bool:
     """``source.sourceType`` and ``operation`` of a record fastavro has read are indices the schema
     has: fastavro reads a negative enum index as a symbol counted from the end (-1 as ``INIT``)."""
-    pos = 0
-    for i, is_text in enumerate(_HEAD):
-        n, pos = _varint(data, pos)
-        if i == 6 and not 0 <= n < len(SOURCE_TYPES):  # source.sourceType
-            return False
-        if is_text:
-            pos += n
-    return 0 <= _varint(data, pos)[0] < len(OPERATIONS)
+    source_type, operation, _ = _head(data)
+    return 0 <= source_type < len(SOURCE_TYPES) and 0 <= operation < len(OPERATIONS)
 
 
 def read_whole(data: bytes) -> dict:
