@@ -1,7 +1,9 @@
-"""Silver's collapse of a batch to one change per key, one aggregate per column, equals its reference.
+"""Silver's collapse of a batch to one change per key equals its reference.
 
-:func:`cdclake.silver.merge.collapse` reads each key's reset, latest change and image in one
-aggregation by key, one ``max_by`` per column. The reference is
+:func:`cdclake.silver.merge.collapse` takes a key's image from its latest change alone when that
+is a reset or carries the columns of every image of the key, and sends the other keys to
+:func:`cdclake.silver.merge.collapse_by_column`, which reads each key's reset, latest change and
+image in one aggregation by key, one ``max_by`` per column. The reference is
 :func:`cdclake.silver.merge.collapse_exploded`, the same rule in relational steps: a window for
 the reset, ``max_by`` for the latest change, and one row per key and column (``explode`` of the
 images) for the image. Both run on random batches of keyed changes (inserts, updates, deletes,
@@ -16,7 +18,7 @@ from decimal import Decimal
 import pytest
 
 from cdclake.silver import merge
-from cdclake.silver.merge import collapse, collapse_exploded
+from cdclake.silver.merge import collapse, collapse_by_column, collapse_exploded
 
 KEYED_SCHEMA = (
     "_k0 string, _k1 string, _kind string, _img map<string,string>, _before map<string,string>, "
@@ -42,16 +44,17 @@ def _image(rng: random.Random, key: tuple, partial: bool) -> dict:
     return img
 
 
-def random_batch(seed: int, keys: int = 25, changes: int = 160) -> list[dict]:
+def random_batch(seed: int, keys: int = 25, changes: int = 160, partial_updates: float = 0.5) -> list[dict]:
     """Keyed changes as :func:`cdclake.silver.keys.keyed_rows` gives them; orders unique but for
-    exact duplicates (a change delivered twice at the same coordinates)."""
+    exact duplicates (a change delivered twice at the same coordinates). ``partial_updates``: the
+    share of updates whose image leaves columns out."""
     rng = random.Random(seed)
     out, used = [], set()
     for n in range(changes):
         key = (str(rng.randint(0, keys)), rng.choice(["p", "q"]))
         kind = rng.choices(["insert", "update", "delete", "move"], [3, 6, 2, 1])[0]
         tomb = kind == "delete" and rng.random() < 0.15
-        partial = kind != "delete" and rng.random() < (0.5 if kind == "update" else 0.2)
+        partial = kind != "delete" and rng.random() < (partial_updates if kind == "update" else 0.2)
         pos = _position(rng)
         order = {"p": pos, "kp": rng.randint(0, 2), "ko": rng.randint(0, 40), "row": rng.choice([-1, 0, 0, 1])}
         ident = (key, repr(order))
@@ -96,17 +99,49 @@ def _only(frame, columns: list[str]):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
-def test_collapse_by_column_equals_the_exploded_reference(spark, seed):
+def test_collapse_equals_the_exploded_reference(spark, seed):
     batch = spark.createDataFrame(random_batch(seed), KEYED_SCHEMA)
-    got, want = _rows(collapse(batch, 2, ALL)), _rows(collapse_exploded(batch, 2))
+    want = _rows(collapse_exploded(batch, 2))
     assert len(want) > 20
-    assert got == want
+    assert _rows(collapse(batch, 2, ALL)) == want
+    assert _rows(collapse_by_column(batch, 2, ALL)) == want
+
+
+def _counting(monkeypatch) -> list:
+    """Record the keyed rows :func:`collapse` hands to :func:`collapse_by_column`."""
+    seen: list = []
+
+    def by_column(rows, nkeys, columns=None):
+        seen.append(rows.count())
+        return collapse_by_column(rows, nkeys, columns)
+
+    monkeypatch.setattr(merge, "collapse_by_column", by_column)
+    return seen
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_full_images_collapse_from_the_latest_change_alone(spark, monkeypatch, seed):
+    """Inserts and updates all carrying every column: no key needs the column-by-column collapse."""
+    batch = spark.createDataFrame(random_batch(seed, partial_updates=0.0), KEYED_SCHEMA)
+    batch = batch.where("_kind = 'delete' OR size(_img) = 6")
+    seen = _counting(monkeypatch)
+    assert _rows(collapse(batch, 2, ALL)) == _rows(collapse_exploded(batch, 2))
+    assert seen == []
+
+
+def test_only_keys_with_partial_images_collapse_column_by_column(spark, monkeypatch):
+    batch = spark.createDataFrame(random_batch(13, keys=40, changes=300), KEYED_SCHEMA)
+    seen = _counting(monkeypatch)
+    assert _rows(collapse(batch, 2, ALL)) == _rows(collapse_exploded(batch, 2))
+    assert len(seen) == 1 and 0 < seen[0] < batch.count()
 
 
 def test_collapse_of_some_columns_leaves_the_others_out(spark):
     batch = spark.createDataFrame(random_batch(7), KEYED_SCHEMA)
     some = ["id", "b", "d", "not-in-any-image"]
-    assert _rows(collapse(batch, 2, some)) == _rows(_only(collapse_exploded(batch, 2), some))
+    want = _rows(_only(collapse_exploded(batch, 2), some))
+    assert _rows(collapse(batch, 2, some)) == want
+    assert _rows(collapse_by_column(batch, 2, some)) == want
 
 
 def test_collapse_of_a_single_key_column_batch(spark):
@@ -114,8 +149,20 @@ def test_collapse_of_a_single_key_column_batch(spark):
     assert _rows(collapse(batch, 1, ALL)) == _rows(collapse_exploded(batch, 1))
 
 
+def test_null_keys_collapse_like_any_other(spark):
+    """A key column whose value is null (an image without it) groups like a value, in every form."""
+    rows = random_batch(14, keys=6, changes=120)
+    for r in rows[::3]:
+        r["_k1"] = None
+    batch = spark.createDataFrame(rows, KEYED_SCHEMA)
+    want = _rows(collapse_exploded(batch, 2))
+    assert any(r[1] == ("_k1", None) and r[5] != ("_img", ()) for r in want)
+    assert _rows(collapse(batch, 2, ALL)) == want
+    assert _rows(collapse_by_column(batch, 2, ALL)) == want
+
+
 def test_a_table_wider_than_the_column_aggregates_collapses_exploded(spark, monkeypatch):
     monkeypatch.setattr(merge, "MAX_COLUMN_AGGREGATES", 3)
     batch = spark.createDataFrame(random_batch(8), KEYED_SCHEMA)
-    assert "Generate" in collapse(batch, 2, ALL)._jdf.queryExecution().analyzed().toString()
+    assert "Generate" in collapse_by_column(batch, 2, ALL)._jdf.queryExecution().analyzed().toString()
     assert _rows(collapse(batch, 2, ALL)) == _rows(collapse_exploded(batch, 2))
