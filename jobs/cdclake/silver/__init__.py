@@ -70,9 +70,9 @@ from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, tombstone_tabl
 from cdclake.silver.history import apply_history
 from cdclake.silver.keys import carry_over, has_moves, keyed_rows, replay_rows, with_tombstones
 from cdclake.silver.merge import MERGE_VIEW, merge_into, merge_source
-from cdclake.silver.tables import (TableResult, after_truncate, apply_truncates, batch_schema, ensure_silver_table,
-                                   has_key_changes, mark_key_changes, new_table_options, open_silver_table,
-                                   record_tombstones)
+from cdclake.silver.tables import (BatchSummary, TableResult, after_truncate, apply_truncates, batch_schema,
+                                   ensure_silver_table, has_key_changes, mark_key_changes, new_table_options,
+                                   open_silver_table, record_tombstones, summarize_batch)
 from cdclake.silver.transactions import complete_changes
 from cdclake.window import Window
 
@@ -86,47 +86,67 @@ log = logging.getLogger(__name__)
 
 
 def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, name: str, rows: "DataFrame",
-                 result: TableResult) -> tuple[list[str], dict[str, str], "DataFrame"]:
-    """``(pk, types, keyed)`` of a batch's bronze ``rows``: its key and column types
-    (:func:`cdclake.silver.tables.batch_schema`), with silver table ``name`` created or evolved to
-    hold them, and its rows keyed (:func:`cdclake.silver.keys.keyed_rows`; in hard-delete mode
-    with the recorded tombstones of its keys), computed once."""
-    pk, types = batch_schema(rows, name)
+                 result: TableResult, schema: Optional[tuple[list[str], dict[str, str]]] = None,
+                 reread: bool = False) -> tuple[list[str], dict[str, str], "DataFrame", bool]:
+    """``(pk, types, keyed, moved)`` of a batch's bronze ``rows``: its key and column types
+    (``schema``, else :func:`cdclake.silver.tables.batch_schema` of ``rows``), with silver table
+    ``name`` created or evolved to hold them; its rows keyed (:func:`cdclake.silver.keys.keyed_rows`;
+    in hard-delete mode with the recorded tombstones of its keys); whether they hold a key change.
+
+    ``keyed`` is computed once when it has a key change or ``reread`` (it is read again, by
+    :func:`cdclake.silver.keys.replay_rows`); otherwise its tombstones are joined in by the one
+    query that reads it, the collapse.
+    """
+    pk, types = schema or batch_schema(rows, name)
     types = ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st))
     keyed = keyed_rows(rows, pk)
+    moved = has_moves(keyed)
     if cfg.silver.delete_mode == "hard":
         keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
-    return pk, types, materialize(keyed)
+        if moved or reread:
+            keyed = materialize(keyed)
+    return pk, types, keyed, moved
 
 
 def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, changes: "DataFrame",
-                landed: Optional["DataFrame"] = None, history: bool = False) -> TableResult:
+                landed: Optional["DataFrame"] = None, history: bool = False,
+                summary: Optional[BatchSummary] = None) -> TableResult:
     """Merge one source table's changes (bronze rows) into its silver table.
 
     ``landed``: every landed bronze change of the table (all hours). With it, changes of a key
     that an earlier batch's key change moved are replayed with that key change
     (:func:`cdclake.silver.keys.replay_rows`); with ``history`` too, the SCD type 2 history of the
-    keys the changes touch is recomputed (:mod:`cdclake.silver.history`). Raises
-    :class:`SchemaChangeError` for an incompatible type change, :class:`SilverError` when the
-    silver table's name belongs to another source table
+    keys the changes touch is recomputed (:mod:`cdclake.silver.history`). ``summary``: what
+    :func:`cdclake.silver.tables.summarize_batch` says of ``changes`` (computed here when not
+    given). Raises :class:`SchemaChangeError` for an incompatible type change,
+    :class:`SilverError` when the silver table's name belongs to another source table
     (:data:`cdclake.lake.SOURCE_TABLE_PROPERTY`); Spark errors propagate.
     """
     st, name = open_silver_table(spark, cfg, st)
     result = TableResult(table=name)
-    changes = materialize(changes)
-    result.changes = changes.count()
-    truncated_at = apply_truncates(spark, cfg, st, name, changes, result)  # this batch's or an earlier one
+    if summary is None:
+        summary = next(iter(summarize_batch(changes).values()), BatchSummary())
+    result.changes = summary.changes
+    truncated_at = apply_truncates(spark, cfg, st, name, summary.truncate, result)  # this batch's or an earlier one
     rows = after_truncate(changes, truncated_at)
-    if not rows.take(1):
-        return result
-    pk, types, keyed = _keyed_batch(spark, cfg, st, name, rows, result)
+    if truncated_at is None:  # the summary's rows are the batch's rows
+        if not summary.rows:
+            return result
+        schema = summary.schema(name)
+    else:
+        rows = materialize(rows)
+        if not rows.take(1):
+            return result
+        schema = None
     had_key_changes = has_key_changes(spark, name)  # only then can a late change sit under a merged one
-    if landed is not None and had_key_changes:
+    replay = landed is not None and had_key_changes
+    pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result, schema, reread=replay)
+    if replay:
         extra = replay_rows(spark, cfg, name, keyed, rows, after_truncate(landed, truncated_at), pk, types)
         if extra is not None:
             rows = materialize(rows.unionByName(extra))
-            pk, types, keyed = _keyed_batch(spark, cfg, st, name, rows, result)
-    if has_moves(keyed):
+            pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result)
+    if moved:
         if not had_key_changes:
             mark_key_changes(spark, name)
         keyed = materialize(carry_over(spark, name, keyed, pk, types))
@@ -140,19 +160,6 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     log.info("silver %s: %d changes -> %d keys upserted, %d deleted%s", name, result.changes, result.upserts,
              result.deletes, " (truncated)" if result.truncated else "")
     return result
-
-
-def source_tables(bronze: "DataFrame", prefixes: dict[str, str]) -> list[tuple[SourceTable, list[str]]]:
-    """Distinct source tables in ``bronze`` with the topics they came from."""
-    from pyspark.sql import functions as F
-
-    rows = (bronze.groupBy("source_database", "source_schema", "source_table", "kafka_topic").agg(F.count("*"))
-            .collect())
-    out: dict[SourceTable, list[str]] = {}
-    for r in rows:
-        st = SourceTable(prefixes.get(r["kafka_topic"], ""), r["source_database"], r["source_schema"], r["source_table"])
-        out.setdefault(st, []).append(r["kafka_topic"])
-    return sorted(out.items(), key=lambda kv: kv[0].silver_name)
 
 
 def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> list[TableResult]:
@@ -171,12 +178,13 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     else:
         bronze = every.where(window_filter(window, topics))
     results, errors = [], []
-    for st, st_topics in source_tables(bronze, prefixes):
+    for st, summary in summarize_batch(bronze, prefixes).items():
+        st_topics = summary.topics
         same = (F.col("source_database").eqNullSafe(F.lit(st.database)) & F.col("source_schema").eqNullSafe(F.lit(st.schema))
                 & (F.col("source_table") == F.lit(st.table)) & F.col("kafka_topic").isin(st_topics))
         try:
             results.append(apply_table(spark, cfg, st, bronze.where(same), every.where(same),
-                                       history=bool(with_history & set(st_topics))))
+                                       history=bool(with_history & set(st_topics)), summary=summary))
         except Exception as exc:
             log.error("silver table for %s (topics %s) failed: %s", st, st_topics, describe(exc), exc_info=True)
             errors.append(f"{st} -> {st.silver_name}: {describe(exc)}")

@@ -36,6 +36,9 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     :data:`cdclake.lake.LAST_CHANGE_COLUMNS`, and ``_o0.._oN`` (for a move, the old key). A move
     also gives a ``delete`` row of its old key at the same order. A move delivered more than once
     (same position and keys) is kept once, with its first Kafka coordinates.
+
+    Computed once (:func:`cdclake.catalog.materialize`): one pass over ``changes``, and a second
+    over its result only when the batch has a move.
     """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
@@ -53,11 +56,13 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     meta = [F.col("source_position").alias("_cdc_position"), F.col("kafka_partition").alias("_cdc_kafka_partition"),
             F.col("kafka_offset").alias("_cdc_kafka_offset"), F.col("op").alias("_cdc_op"),
             F.col("source_ts_ms").alias("_cdc_source_ts_ms")]
-    rows = changes.select(
+    rows = materialize(changes.select(
         *[F.when(is_delete, F.col("before")[k]).otherwise(F.col("after")[k]).alias(n) for k, n in zip(pk, keys)],
         kind.alias("_kind"), F.when(is_delete, F.lit(None)).otherwise(F.col("after")).alias("_img"),
         F.col("before").alias("_before"), BRONZE.column(row=True).alias("_ord"), F.lit(False).alias("_tomb"), *meta,
-        *[F.when(moved, F.col("before")[k]).alias(n) for k, n in zip(pk, olds)])
+        *[F.when(moved, F.col("before")[k]).alias(n) for k, n in zip(pk, olds)]))
+    if not has_moves(rows):
+        return rows
     # a key change delivered twice is one change: the second copy would find the old key deleted
     # by the first and carry nothing over (other duplicates are harmless: they set the same values)
     is_move = F.col("_kind") == "move"
@@ -68,7 +73,7 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
         *[F.col(o).alias(k) for o, k in zip(olds, keys)], F.lit("delete").alias("_kind"),
         F.lit(None).cast("map<string,string>").alias("_img"), "_before", "_ord", "_tomb", *LAST_CHANGE_COLUMNS,
         *[F.lit(None).cast("string").alias(o) for o in olds])
-    return rows.unionByName(old)
+    return materialize(rows.unionByName(old))
 
 
 def with_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, rows: "DataFrame",

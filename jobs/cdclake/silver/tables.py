@@ -73,52 +73,111 @@ def check_owner(spark: "SparkSession", name: str, st: SourceTable) -> None:
                           "tables have this silver name")
 
 
-def batch_schema(changes: "DataFrame", table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
-    """Primary key (of the latest change) and column types (widened over the batch), in source order.
+@dataclass
+class BatchSummary:
+    """One source table's changes in a batch, as one aggregation of the batch's bronze rows tells
+    them (:func:`summarize_batch`).
 
-    Columns come in the order of the first change carrying them and their place in its image (the
-    message's column order). Columns without a type are ``string``. Raises :class:`SchemaChangeError` for an
-    incompatible type change inside the batch (:func:`cdclake.types.widen`), naming ``table`` (the
-    silver table), the column and both types.
+    ``changes``: bronze rows, truncates included; ``rows``: those that are not truncates;
+    ``truncate``: ``(position, partition, offset)`` of the latest truncate, or None;
+    ``primary_key``: the key of the latest change that is not a truncate; ``typed``: every
+    ``(column, canonical type)`` pair of the changes' column types, in the order of the latest
+    change carrying each; ``columns``: every column of an after or before image in source order
+    (by the first change carrying it, then its place in that image); ``topics``: the Kafka topics
+    the changes came from.
+    """
+
+    changes: int = 0
+    rows: int = 0
+    truncate: Optional[tuple] = None
+    primary_key: list[str] = field(default_factory=list)
+    typed: list[tuple[str, str]] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+
+    def schema(self, table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
+        """Primary key and column types (widened over the batch), in source order; see :func:`batch_schema`."""
+        types: dict[str, str] = {c: "string" for c in self.columns}
+        seen: dict[str, str] = {}
+        for c, t in self.typed:
+            t = T.spark_type(t)
+            if c in seen:
+                w = T.widen(seen[c], t)
+                if w is None:
+                    raise SchemaChangeError(f"silver table {table or '?'}: column {c!r} changes type from {seen[c]} to "
+                                            f"{t} inside the batch (Iceberg promotes only int to bigint, float to double "
+                                            "and a decimal's precision at the same scale)")
+                t = w
+            seen[c] = t
+        types.update(seen)
+        pk = list(self.primary_key)
+        for k in pk:
+            types.setdefault(k, "string")
+        return pk, types
+
+
+def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = None) -> dict[SourceTable, BatchSummary]:
+    """Every source table of a batch's bronze rows with its :class:`BatchSummary`, from one pass.
+
+    ``prefixes``: Kafka topic → silver table prefix (``sources[].table_prefix``; a topic not in it
+    has none), which with the database, schema and table names a :class:`cdclake.lake.SourceTable`.
+    The changes mostly repeat a few images' column lists and type maps: one aggregation reduces
+    the batch to its distinct ones per source table (with the latest and first order of each,
+    and the key of the latest), computed once, and three small queries over those read counts,
+    truncates, keys, types and column order for every table at once.
     """
     from pyspark.sql import functions as F
 
-    # The changes of a table mostly repeat a few images' column lists and type maps: reduce the
-    # batch to its distinct ones, with the latest and first order of each (and the key of the
-    # latest), in one pass, and explode only those (the same result as exploding every change, at
-    # a fraction of the cost).
     order = BRONZE.column(row=True)
-    shapes = materialize(changes.groupBy(F.map_entries("column_types").alias("types"),
-                                         F.map_keys("after").alias("after"), F.map_keys("before").alias("before"))
-                         .agg(F.max(order).alias("last"), F.min(order).alias("first"),
-                              F.max_by("primary_key", order).alias("primary_key")))
-    latest = shapes.orderBy(F.col("last").desc()).select("primary_key").first()
-    pk = list(latest["primary_key"] or [])
-    typed = (shapes.select(F.explode("types").alias("ct"), "last")
-             .groupBy(F.col("ct.key").alias("c"), F.col("ct.value").alias("t"))
-             .agg(F.max("last").alias("o")).orderBy("o").collect())
+    pairs = [x for topic, prefix in sorted((prefixes or {}).items()) for x in (F.lit(topic), F.lit(prefix))]
+    prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
+    ids = ["_prefix", "source_database", "source_schema", "source_table"]
+    shapes = materialize(
+        changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
+                       (F.col("op") == "truncate").alias("_trunc"), "column_types", "after", "before",
+                       "primary_key", order.alias("_ord"))
+        .groupBy(*ids, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
+                 F.map_keys("before").alias("before"))
+        .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
+             F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics")))
+    data = F.when(~F.col("_trunc"), F.col("last"))  # max_by passes over rows whose ordering is null
+    tables = shapes.groupBy(*ids).agg(
+        F.sum("n").alias("changes"), F.sum(F.when(~F.col("_trunc"), F.col("n"))).alias("rows"),
+        F.max(F.when(F.col("_trunc"), F.col("last"))).alias("truncate"), F.max_by("primary_key", data).alias("pk"),
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list("topics")))).alias("topics")).collect()
+    out: dict[tuple, BatchSummary] = {}
+    for r in tables:
+        out[tuple(r[c] for c in ids)] = BatchSummary(
+            changes=int(r["changes"]), rows=int(r["rows"] or 0),
+            truncate=None if r["truncate"] is None else tuple(r["truncate"])[:3],
+            primary_key=list(r["pk"] or []), topics=list(r["topics"]))
+    shaped = shapes.where(~F.col("_trunc"))
+    # types in the order of the latest change carrying each (column, type) pair
+    for r in (shaped.select(*ids, F.explode("types").alias("ct"), "last")
+              .groupBy(*ids, F.col("ct.key").alias("c"), F.col("ct.value").alias("t"))
+              .agg(F.max("last").alias("o")).orderBy("o").collect()):
+        out[tuple(r[c] for c in ids)].typed.append((r["c"], r["t"]))
     # columns in source order: by the first change that carries them, then by place in its image
-    placed = shapes.select(F.col("first").alias("o"), F.lit(0).alias("img"), F.posexplode("after").alias("p", "c"))
-    placed = placed.unionByName(shapes.select(F.col("first").alias("o"), F.lit(1).alias("img"),
+    placed = shaped.select(*ids, F.col("first").alias("o"), F.lit(0).alias("img"), F.posexplode("after").alias("p", "c"))
+    placed = placed.unionByName(shaped.select(*ids, F.col("first").alias("o"), F.lit(1).alias("img"),
                                               F.posexplode("before").alias("p", "c")))
-    names = (placed.groupBy("c").agg(F.min(F.struct("o", "img", "p")).alias("first")).orderBy("first")
-             .select("c").collect())
-    types: dict[str, str] = {r["c"]: "string" for r in names}
-    seen: dict[str, str] = {}
-    for r in typed:
-        c, t = r["c"], T.spark_type(r["t"])
-        if c in seen:
-            w = T.widen(seen[c], t)
-            if w is None:
-                raise SchemaChangeError(f"silver table {table or '?'}: column {c!r} changes type from {seen[c]} to {t} "
-                                        "inside the batch (Iceberg promotes only int to bigint, float to double "
-                                        "and a decimal's precision at the same scale)")
-            t = w
-        seen[c] = t
-    types.update(seen)
-    for k in pk:
-        types.setdefault(k, "string")
-    return pk, types
+    for r in (placed.groupBy(*ids, "c").agg(F.min(F.struct("o", "img", "p")).alias("first")).orderBy("first")
+              .select(*ids, "c").collect()):
+        out[tuple(r[c] for c in ids)].columns.append(r["c"])
+    return {SourceTable(*k): v for k, v in sorted(out.items(), key=lambda kv: SourceTable(*kv[0]).silver_name)}
+
+
+def batch_schema(changes: "DataFrame", table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
+    """Primary key (of the latest change) and column types (widened over the batch), in source order.
+
+    ``changes``: one source table's bronze rows, truncates left out. Columns come in the order of
+    the first change carrying them and their place in its image (the message's column order).
+    Columns without a type are ``string``. Raises :class:`SchemaChangeError` for an incompatible
+    type change inside the batch (:func:`cdclake.types.widen`), naming ``table`` (the silver
+    table), the column and both types.
+    """
+    summaries = list(summarize_batch(changes).values())
+    return summaries[0].schema(table) if summaries else ([], {})
 
 
 def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, pk: list[str],
@@ -226,21 +285,18 @@ def stored_truncate(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable)
     return None if row is None else (row[0], row[1], row[2])
 
 
-def apply_truncates(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, name: str, changes: "DataFrame",
+def apply_truncates(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, name: str, trunc: Optional[tuple],
                     result: TableResult) -> Optional[tuple]:
-    """Apply the batch's latest truncate, if any, and return the latest truncate of ``st`` or None.
+    """Apply the batch's latest truncate ``trunc`` (``(position, partition, offset)``, or None:
+    :attr:`BatchSummary.truncate`) and return the latest truncate of ``st`` or None.
 
-    ``changes``: the batch's bronze rows. A truncate is recorded (:func:`record_truncate`) and
-    deletes every row of silver table ``name`` older than it (``result.truncated`` is set).
-    Returns ``(position, partition, offset)`` of the latest truncate recorded, this batch's or an
-    earlier one's (:func:`stored_truncate`).
+    A truncate is recorded (:func:`record_truncate`) and deletes every row of silver table
+    ``name`` older than it (``result.truncated`` is set). Returns ``(position, partition,
+    offset)`` of the latest truncate recorded, this batch's or an earlier one's
+    (:func:`stored_truncate`).
     """
-    from pyspark.sql import functions as F
-
-    trunc = changes.where(F.col("op") == "truncate").agg(F.max(BRONZE.column(row=True)).alias("o")).first()["o"]
     if trunc is not None:
         result.truncated = True
-        trunc = tuple(trunc)[:3]
         record_truncate(spark, cfg, st, trunc)
         if table_exists(spark, name):
             spark.sql(f"DELETE FROM {name} WHERE {latest_change().sql()} < {literal(trunc).sql()}")
