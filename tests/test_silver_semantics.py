@@ -217,3 +217,21 @@ def test_history_of_a_partial_key_change_starts_from_the_moved_row(stack, spark,
     assert {int(r["id"]): (r["v"], r["w"]) for r in silver_rows(spark, path, "shop__m")} == {2: ("b", "y")}
     run_window(spark, path, 0, 2)
     assert versions() == expected
+
+
+def test_tombstones_past_the_retention_are_dropped(stack, spark, unique):
+    """A key's tombstone older than ``tombstone_retention_hours`` before the newest one is dropped;
+    the truncate's (the empty key) and the newer tombstones stay."""
+    topic = f"sem.retention.{unique}"
+    two_hours = 2 * 3_600_000
+    truncate = json.dumps({"before": None, "after": None, "op": "t", "ts_ms": 1704067200050,
+                           "source": {"connector": "mysql", "db": "shop", "table": "t", "file": "mysql-bin.000009",
+                                      "pos": 50, "row": 0, "ts_ms": 1704067200050}})
+    deliver(stack, topic, {0: [truncate, mysql("c", 1, "a", pos=100), mysql("d", 1, before="a", pos=200),
+                               mysql("c", 2, "b", pos=300), mysql("d", 2, before="b", pos=two_hours + 300),
+                               mysql("c", 3, "c", pos=two_hours + 400)]})
+    path = pipeline(topic, f"sem_ret_{unique}", tombstone_retention_hours=1)
+    run_window(spark, path, 0, 1)
+    assert state(spark, path, "shop__t") == {3: "c"}
+    tombs = spark.table(f"lake.`sem_ret_{unique}_tombstones`.`shop__t`").collect()
+    assert sorted(list(r["key"]) for r in tombs) == [[], ["2"]]

@@ -323,7 +323,10 @@ def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
     spark.sql(f"MERGE INTO {name} t USING (SELECT * FROM {view} WHERE _op = 'delete') s ON t.key = {key} "
               f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in meta)} "
               f"WHEN NOT MATCHED THEN INSERT (key, {', '.join(meta)}) VALUES ({key}, {', '.join('s.' + c for c in meta)})")
-    horizon = spark.sql(f"SELECT max(_cdc_source_ts_ms) AS m FROM {name}").first()["m"]
-    if horizon is not None:
-        cutoff = int(horizon) - cfg.silver.tombstone_retention_hours * 3_600_000
-        spark.sql(f"DELETE FROM {name} WHERE _cdc_source_ts_ms < {cutoff} AND size(key) > 0")
+    # the newest source time and the oldest of a key's tombstone: a DELETE only when one is past the retention
+    ages = spark.sql(f"SELECT max(_cdc_source_ts_ms) AS m, min(CASE WHEN size(key) > 0 THEN _cdc_source_ts_ms END) "
+                     f"AS oldest FROM {name}").first()
+    if ages["m"] is not None:
+        cutoff = int(ages["m"]) - cfg.silver.tombstone_retention_hours * 3_600_000
+        if ages["oldest"] is not None and int(ages["oldest"]) < cutoff:
+            spark.sql(f"DELETE FROM {name} WHERE _cdc_source_ts_ms < {cutoff} AND size(key) > 0")
