@@ -1,6 +1,8 @@
 """Stage 3, silver: order, deduplicate and MERGE each source table's changes into an Iceberg table.
 
-For every source table in the window's bronze rows:
+One aggregation of the window's bronze rows lists its source tables and tells, for each, its
+change count, latest truncate, primary key, column types and column order
+(:func:`cdclake.silver.tables.summarize_batch`). Then, for every source table:
 
 1. Changes are keyed by the primary key (a delete by its before image, others by the after
    image; an update that changes the key, a *move*, also deletes the old key) and ordered by
@@ -14,7 +16,9 @@ For every source table in the window's bronze rows:
 2. Each key's changes collapse into one (:func:`cdclake.silver.merge.collapse`): the latest
    change decides delete or upsert; the latest insert, snapshot, delete, move, tombstone or
    truncate is the key's *reset*; the image is built column by column from the latest change
-   since the reset carrying each column, and remembers which change that was.
+   since the reset carrying each column, and remembers which change that was. A key whose latest
+   change is a reset, or carries the columns of every image of the key (full row images), takes
+   its image from that change alone; only the others are collapsed column by column.
 3. One ``MERGE INTO`` per table applies the result column by column
    (:func:`cdclake.silver.merge.merge_sql`). Every silver row carries the order of its latest
    change (``_cdc_position``, ``_cdc_kafka_partition``, ``_cdc_kafka_offset``), of its latest
