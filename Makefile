@@ -4,6 +4,7 @@
 #   make imports - the layer contract alone (.importlinter; also the first step of make test)
 #   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
 #   make bench-profile - the parsers alone with a cProfile listing (PROFILE_ARGS="--events 50000")
+#   make bench-silver-profile - silver alone on the last bench run's lake, jobs by step (SILVER_PROFILE_ARGS)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -13,7 +14,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo test imports bench bench-profile airflow airflow-stop stack stack-down lock clean
+.PHONY: all deps venv demo test imports bench bench-profile bench-silver-profile airflow airflow-stop stack stack-down lock clean
 
 all: test
 
@@ -62,6 +63,11 @@ bench: venv $(FLINK_VENV)/.installed
 # The parsers alone (normalize's Python side), one process, with a cProfile listing.
 bench-profile: venv
 	$(PY) -m bench.profile_parse $(PROFILE_ARGS)
+
+# Silver alone, round after round, on the bronze rows the last make bench left in .state/bench.
+SILVER_PROFILE_ARGS ?=
+bench-silver-profile: venv
+	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.profile_silver $(SILVER_PROFILE_ARGS)
 
 # Airflow UI on http://127.0.0.1:8080 with the pipelines' DAGs (user admin, password printed).
 airflow: stack

@@ -1,0 +1,130 @@
+"""Silver alone, again and again, on the bronze rows a benchmark run left: where its time goes.
+
+``make bench-silver-profile`` (``python -m bench.profile_silver --formats canal --rounds 2``) opens
+the lake of the last ``make bench`` run (``.state/bench``: its ``bench.yaml``, catalog and
+warehouse), and for each round drops the format's silver, tombstone and history tables and runs
+:func:`cdclake.silver.build_silver` for the measured hour, exactly as the benchmark does. It
+prints each round's wall time and, for the last round, the Spark jobs grouped by the step that
+ran them (a computed step is named by the line that called :func:`cdclake.catalog.materialize`,
+other jobs by Spark's call site), their seconds, and the share of the round with 0, 1, 2 ...
+tasks running (:mod:`bench.timeline`). The first round runs on a cold JVM; quote the later ones.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+MEASURED_START = dt.datetime(2024, 1, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _name_jobs(catalog_module) -> None:
+    """Give every job a computed step runs the description ``file:line function`` of its caller."""
+    original = catalog_module.materialize
+
+    def materialize(df):
+        caller = inspect.stack()[1]
+        sc = df.sparkSession.sparkContext
+        sc.setJobDescription(f"{Path(caller.filename).name}:{caller.lineno} {caller.function}")
+        try:
+            return original(df)
+        finally:
+            sc.setJobDescription(None)
+
+    catalog_module.materialize = materialize
+
+
+def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[str, int, float]]:
+    """``(step, jobs, seconds)`` of the jobs that ran in ``[start_ms, end_ms]``, longest first."""
+    started, step, by = {}, {}, defaultdict(lambda: [0, 0.0])
+    with open(event_log, encoding="utf-8") as f:
+        for line in f:
+            if '"SparkListenerJob' not in line:
+                continue
+            e = json.loads(line)
+            if e["Event"] == "SparkListenerJobStart":
+                props = e.get("Properties") or {}
+                started[e["Job ID"]] = e["Submission Time"]
+                step[e["Job ID"]] = (props.get("spark.job.description") or props.get("callSite.short")
+                                     or e["Stage Infos"][0]["Stage Name"])
+            elif e["Event"] == "SparkListenerJobEnd" and e["Job ID"] in started:
+                a, b = started.pop(e["Job ID"]), e["Completion Time"]
+                if a >= start_ms and b <= end_ms:
+                    by[step[e["Job ID"]]][0] += 1
+                    by[step[e["Job ID"]]][1] += (b - a) / 1000
+    return sorted(((s, n, t) for s, (n, t) in by.items()), key=lambda x: -x[2])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--state", default=os.environ.get("CDC_STATE_DIR", ".state/bench"),
+                   help="the benchmark's state directory (default .state/bench)")
+    p.add_argument("--formats", default="canal", help="format tags whose hour to merge (default canal)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2], whatever the run used)")
+    args = p.parse_args(argv)
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    state = Path(args.state).resolve()
+    if not (state / "bench.yaml").exists():
+        print(f"no benchmark lake in {state}: run make bench first (it keeps its lake there)", file=sys.stderr)
+        return 2
+
+    import yaml
+
+    import cdclake.catalog as catalog
+
+    _name_jobs(catalog)
+    from bench.timeline import occupancy, read_event_log
+    from cdclake.config import load_pipeline
+    from cdclake.silver import build_silver
+    from cdclake.window import Window
+
+    events = Path(tempfile.mkdtemp(prefix="silver-profile-"))
+    doc = yaml.safe_load((state / "bench.yaml").read_text())
+    doc["spark"]["master"] = args.master
+    doc["spark"].setdefault("conf", {}).update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()})
+    path = events / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    cfg = load_pipeline(path)
+    spark = catalog.spark_session(cfg, app_name="silver-profile")
+    cores = spark.sparkContext.defaultParallelism
+    spans: dict[str, tuple[float, float]] = {}
+    for tag in args.formats.split(","):
+        window = Window(MEASURED_START, MEASURED_START + dt.timedelta(hours=1), (f"bench.{tag}",))
+        for i in range(args.rounds):
+            for ns in (cfg.silver.namespace, f"{cfg.silver.namespace}_tombstones", f"{cfg.silver.namespace}_history"):
+                if spark.catalog.databaseExists(f"{cfg.catalog.name}.{ns}"):
+                    for r in spark.sql(f"SHOW TABLES IN {cfg.catalog.name}.`{ns}`").collect():
+                        if r["tableName"].startswith(f"{tag}_"):
+                            spark.sql(f"DROP TABLE {cfg.catalog.name}.`{ns}`.`{r['tableName']}` PURGE")
+            spark.sparkContext._jvm.System.gc()
+            t0 = time.time()
+            results = build_silver(spark, cfg, window)
+            t1 = time.time()
+            spans[tag] = (t0 * 1000, t1 * 1000)
+            print(f"{tag} round {i + 1}: {t1 - t0:.1f} s, "
+                  + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
+    spark.stop()
+    log = next(events.glob("local-*"), None) or next(p for p in events.iterdir() if p.name != "pipeline.yaml")
+    tasks, jobs = read_event_log(log)
+    for tag, (a, b) in spans.items():
+        steps = jobs_by_step(log, a, b)
+        t = occupancy(tasks, jobs, int(a), int(b), cores)
+        print(f"\n{tag}, last round: {(b - a) / 1000:.1f} s, {sum(n for _, n, _ in steps)} Spark jobs, "
+              f"{sum(s for _, _, s in steps):.1f} s in jobs, core use {t['core_use']}, running {t['running_share']}")
+        for s, n, sec in steps:
+            print(f"  {sec:6.2f} s {n:3d} jobs  {s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
