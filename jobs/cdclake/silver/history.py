@@ -179,13 +179,15 @@ def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, 
                "to_pos AS _cdc_valid_to_position", "to_ts AS _cdc_valid_to_ts_ms", "is_current AS _cdc_is_current",
                "kp AS _cdc_kafka_partition", "ko AS _cdc_kafka_offset"]
     versions.createOrReplaceTempView("_cdc_versions_raw")
-    spark.sql(f"SELECT {', '.join(select)} FROM _cdc_versions_raw").persist().createOrReplaceTempView("_cdc_versions")
-    n = spark.table("_cdc_versions").count()
+    staged = spark.sql(f"SELECT {', '.join(select)} FROM _cdc_versions_raw").persist()
+    staged.createOrReplaceTempView("_cdc_versions")
+    n = staged.count()
     on = " AND ".join([f"h.{q(k)} = s.{q(k)}" for k in pk] + [
         "h._cdc_valid_from_position = s._cdc_valid_from_position",
         "h._cdc_kafka_partition = s._cdc_kafka_partition", "h._cdc_kafka_offset = s._cdc_kafka_offset"])
     spark.sql(f"MERGE INTO {name} h USING _cdc_versions s ON {on} "
               "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
     spark.catalog.dropTempView("_cdc_versions")
+    staged.unpersist()  # dropping the view leaves its cached rows in memory
     log.info("history %s: %d versions of %d keys merged", name, n, keys.count())
     return n

@@ -1,0 +1,79 @@
+"""Silver's one summary of a window's bronze rows (:func:`cdclake.silver.tables.summarize_batch`).
+
+Every source table of the window with its change count, latest truncate, primary key, column
+types and column order, from one aggregation: the same schema as the table's own rows give
+(:func:`cdclake.silver.tables.batch_schema`), topics of one silver prefix merged into one source
+table, topics of different prefixes kept apart.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from cdclake.errors import SchemaChangeError
+from cdclake.lake import BRONZE_SCHEMA, SourceTable
+from cdclake.silver.tables import batch_schema, summarize_batch
+
+HOUR = dt.datetime(2024, 1, 1, 1)
+
+
+def change(table: str, op: str, pos: int, after=None, before=None, types=None, pk=("id",), topic: str = "t1",
+           db: str = "shop", row: int = 0) -> dict:
+    return {"source_format": "debezium-json", "source_database": db, "source_schema": None, "source_table": table,
+            "op": op, "before": before, "after": after, "primary_key": list(pk), "column_types": types or {},
+            "source_position": [Decimal(pos)], "source_ts_ms": 1_704_070_800_000 + pos, "tx_id": None,
+            "tx_seq": None, "row_in_record": row, "kafka_topic": topic, "kafka_partition": 0, "kafka_offset": pos,
+            "kafka_timestamp_ms": 1_704_070_800_000, "landed_hour": HOUR, "tx_last": None, "tx_size": None}
+
+
+def frame(spark, rows):
+    return spark.createDataFrame(rows, BRONZE_SCHEMA)
+
+
+def test_tables_counts_truncates_and_keys(spark):
+    rows = [
+        change("a", "insert", 1, after={"id": "1", "v": "x"}, types={"id": "int", "v": "string"}),
+        change("a", "update", 2, after={"id": "1", "v": "y", "w": "2"}, before={"id": "1", "v": "x"},
+                types={"id": "bigint", "v": "string", "w": "int"}, pk=("id", "v")),
+        change("a", "truncate", 3),  # latest, but not a change of rows: the key stays the update's
+        change("a", "delete", 4, before={"id": "1", "old": "q"}, topic="t2"),
+        change("b", "insert", 5, after={"k": "7"}, pk=("k",), db=None),
+        change("c", "truncate", 6, topic="t3"),
+    ]
+    got = summarize_batch(frame(spark, rows), {"t1": "p_", "t2": "p_", "t3": "q_"})
+    a, b, c = SourceTable("p_", "shop", None, "a"), SourceTable("p_", None, None, "b"), SourceTable("q_", "shop", None, "c")
+    assert sorted(got, key=str) == sorted([a, b, c], key=str)
+    assert (got[a].changes, got[a].rows, got[a].topics) == (4, 3, ["t1", "t2"])
+    assert got[a].truncate == ([Decimal(3)], 0, 3)
+    assert got[a].primary_key == ["id"]  # the delete's (position 4): the latest change that is not a truncate
+    pk, types = got[a].schema("silver.a")
+    assert pk == ["id"]
+    assert types == {"id": "bigint", "v": "string", "w": "int", "old": "string"}  # int widened to bigint
+    # source order: by the first change carrying a column, then its place in that image
+    assert set(list(types)[:2]) == {"id", "v"} and list(types)[2:] == ["w", "old"]
+    assert (got[b].changes, got[b].rows, got[b].truncate, got[b].primary_key) == (1, 1, None, ["k"])
+    assert (got[c].changes, got[c].rows, got[c].primary_key, got[c].topics) == (1, 0, [], ["t3"])
+
+
+def test_a_topic_without_a_prefix_has_none(spark):
+    got = summarize_batch(frame(spark, [change("a", "insert", 1, after={"id": "1"}, topic="x")]), {"y": "p_"})
+    assert list(got) == [SourceTable("", "shop", None, "a")]
+
+
+def test_the_schema_equals_the_tables_own_rows(spark):
+    rows = [change("a", "insert", i, after={"id": str(i), **({"n": "1"} if i % 2 else {"m": "2"})},
+                   types={"id": "int", "n": "decimal(10,2)", "m": "string"}, row=i % 3) for i in range(20)]
+    rows += [change("a", "update", 30, after={"id": "3", "n": "1.5"}, types={"id": "int", "n": "decimal(12,2)"})]
+    summary = summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")]
+    assert summary.schema() == batch_schema(frame(spark, rows))
+    assert summary.schema()[1] == {"id": "int", "m": "string", "n": "decimal(12,2)"}
+
+
+def test_a_type_change_iceberg_cannot_make_names_table_and_column(spark):
+    rows = [change("a", "insert", 1, after={"id": "1", "n": "1"}, types={"n": "bigint"}),
+            change("a", "update", 2, after={"id": "1", "n": "x"}, types={"n": "string"})]
+    summary = summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")]
+    with pytest.raises(SchemaChangeError, match=r"silver table s\.a: column 'n' changes type from bigint to string"):
+        summary.schema("s.a")
