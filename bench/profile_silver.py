@@ -12,7 +12,6 @@ tasks running (:mod:`bench.timeline`). The first round runs on a cold JVM; quote
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import inspect
 import json
 import os
@@ -22,9 +21,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Optional
-
-MEASURED_START = dt.datetime(2024, 1, 1, 1, tzinfo=dt.timezone.utc)
-
 
 def _name_jobs(catalog_module) -> None:
     """Give every job a computed step runs the description ``file:line function`` of its caller."""
@@ -83,8 +79,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     import cdclake.catalog as catalog
 
     _name_jobs(catalog)
+    from bench.pipeline import HOUR, topic_of
+    from bench.run import MEASURED_START
     from bench.timeline import occupancy, read_event_log
     from cdclake.config import load_pipeline
+    from cdclake.lake import history_namespace, tombstone_namespace
     from cdclake.silver import build_silver
     from cdclake.window import Window
 
@@ -99,9 +98,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     cores = spark.sparkContext.defaultParallelism
     spans: dict[str, tuple[float, float]] = {}
     for tag in args.formats.split(","):
-        window = Window(MEASURED_START, MEASURED_START + dt.timedelta(hours=1), (f"bench.{tag}",))
+        window = Window(MEASURED_START, MEASURED_START + HOUR, (topic_of(tag),))
         for i in range(args.rounds):
-            for ns in (cfg.silver.namespace, f"{cfg.silver.namespace}_tombstones", f"{cfg.silver.namespace}_history"):
+            for ns in (cfg.silver.namespace, tombstone_namespace(cfg), history_namespace(cfg)):
                 if spark.catalog.databaseExists(f"{cfg.catalog.name}.{ns}"):
                     for r in spark.sql(f"SHOW TABLES IN {cfg.catalog.name}.`{ns}`").collect():
                         if r["tableName"].startswith(f"{tag}_"):
@@ -114,7 +113,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{tag} round {i + 1}: {t1 - t0:.1f} s, "
                   + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
     spark.stop()
-    log = next(events.glob("local-*"), None) or next(p for p in events.iterdir() if p.name != "pipeline.yaml")
+    log = next(f for f in events.iterdir() if f != path)  # the session's one event log
     tasks, jobs = read_event_log(log)
     for tag, (a, b) in spans.items():
         steps = jobs_by_step(log, a, b)

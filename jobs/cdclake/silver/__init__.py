@@ -72,7 +72,7 @@ from cdclake.config import PipelineConfig
 from cdclake.errors import SchemaChangeError, SilverError
 from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, tombstone_table, window_filter
 from cdclake.silver.history import apply_history
-from cdclake.silver.keys import carry_over, has_moves, keyed_rows, replay_rows, with_tombstones
+from cdclake.silver.keys import carry_over, keyed_rows_with_moves, replay_rows, with_tombstones
 from cdclake.silver.merge import MERGE_VIEW, merge_into, merge_source
 from cdclake.silver.tables import (BatchSummary, TableResult, after_truncate, apply_truncates, batch_schema,
                                    ensure_silver_table, has_key_changes, mark_key_changes, new_table_options,
@@ -95,7 +95,8 @@ def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, na
     """``(pk, types, keyed, moved)`` of a batch's bronze ``rows``: its key and column types
     (``schema``, else :func:`cdclake.silver.tables.batch_schema` of ``rows``), with silver table
     ``name`` created or evolved to hold them; its rows keyed (:func:`cdclake.silver.keys.keyed_rows`;
-    in hard-delete mode with the recorded tombstones of its keys); whether they hold a key change.
+    in hard-delete mode with the recorded tombstones of its keys); whether they hold a key change
+    (:func:`cdclake.silver.keys.keyed_rows_with_moves`).
 
     ``keyed`` is computed once when it has a key change or ``reread`` (it is read again, by
     :func:`cdclake.silver.keys.replay_rows`); otherwise its tombstones are joined in by the one
@@ -103,8 +104,7 @@ def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, na
     """
     pk, types = schema or batch_schema(rows, name)
     types = ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st))
-    keyed = keyed_rows(rows, pk)
-    moved = has_moves(keyed)
+    keyed, moved = keyed_rows_with_moves(rows, pk)
     if cfg.silver.delete_mode == "hard":
         keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
         if moved or reread:

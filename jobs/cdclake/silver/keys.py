@@ -27,7 +27,13 @@ MAX_CHAIN = 16
 
 
 def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
-    """Bronze changes as one row per key they affect, the input of :func:`cdclake.silver.merge.collapse`.
+    """:func:`keyed_rows_with_moves` without the flag."""
+    return keyed_rows_with_moves(changes, pk)[0]
+
+
+def keyed_rows_with_moves(changes: "DataFrame", pk: list[str]) -> tuple["DataFrame", bool]:
+    """Bronze changes as one row per key they affect (the input of :func:`cdclake.silver.merge.collapse`)
+    and whether the batch has a move.
 
     Columns: ``_k0.._kN`` (key text), ``_kind`` (``insert`` for inserts and snapshots, ``update``,
     ``delete``, ``move``: an update that changed the key, as seen by its new key), ``_img``
@@ -38,7 +44,8 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     (same position and keys) is kept once, with its first Kafka coordinates.
 
     Computed once (:func:`cdclake.catalog.materialize`): one pass over ``changes``, and a second
-    over its result only when the batch has a move.
+    over its result only when the batch has a move. Returns ``(rows, moved)``: ``moved`` says
+    whether the batch has a move (:func:`has_moves`, asked once).
     """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
@@ -62,7 +69,7 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
         F.col("before").alias("_before"), BRONZE.column(row=True).alias("_ord"), F.lit(False).alias("_tomb"), *meta,
         *[F.when(moved, F.col("before")[k]).alias(n) for k, n in zip(pk, olds)]))
     if not has_moves(rows):
-        return rows
+        return rows, False
     # a key change delivered twice is one change: the second copy would find the old key deleted
     # by the first and carry nothing over (other duplicates are harmless: they set the same values)
     is_move = F.col("_kind") == "move"
@@ -73,7 +80,7 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
         *[F.col(o).alias(k) for o, k in zip(olds, keys)], F.lit("delete").alias("_kind"),
         F.lit(None).cast("map<string,string>").alias("_img"), "_before", "_ord", "_tomb", *LAST_CHANGE_COLUMNS,
         *[F.lit(None).cast("string").alias(o) for o in olds])
-    return materialize(rows.unionByName(old))
+    return materialize(rows.unionByName(old)), True
 
 
 def with_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, rows: "DataFrame",
