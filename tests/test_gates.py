@@ -51,3 +51,16 @@ def test_gate_operator_fails_the_task(spark, landed):
                       end="2024-01-01T01:00:00Z", topics="")
     with pytest.raises(AirflowException, match="land gate failed"):
         op.execute({})
+
+
+def test_every_gate_run_writes_data_docs(spark, landed):
+    """Passing gates write their Data Docs too (the fixture's run passed all three), named in the result."""
+    _, path = landed
+    cfg = load_pipeline(path)
+    for stage in ("land", "normalize", "silver"):
+        index = cfg.gates.docs_dir() / cfg.name / stage / "index.html"
+        assert index.exists(), index
+        pages = list((index.parent / "validations").rglob("*.html"))  # results rendered into the page: no server needed
+        assert pages and all("Success" in p.read_text(encoding="utf-8") for p in pages), stage
+    result = run_gate("land", cfg, Window(hour(0), hour(1)))
+    assert result["data_docs"] == str(cfg.gates.docs_dir() / cfg.name / "land" / "index.html")

@@ -2,8 +2,9 @@
 
 A gate builds small pandas frames from the Iceberg tables (read with pyiceberg, no Spark
 session needed) and validates them with the suite kept as data in ``expectations/<stage>.json``.
-A failing gate raises :class:`GateFailed` with a readable summary and writes Data Docs HTML to
-``gates.data_docs_dir`` (default ``$CDC_STATE_DIR/data_docs``).
+A failing gate raises :class:`GateFailed` with a readable summary naming its Data Docs page;
+every gate run, pass or fail, writes Data Docs HTML to ``gates.data_docs_dir`` (default
+``$CDC_STATE_DIR/data_docs``), under ``<pipeline>/<stage>``.
 
 Frames (one row each per the grain named):
 
@@ -231,7 +232,8 @@ def _expectations(spec: list[dict], pk: Optional[list[str]]):
 def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: Optional[dict] = None) -> list[str]:
     """Run ``stage``'s suite on ``frames``; return one line per failed expectation (empty: pass).
 
-    When something fails and ``docs_dir`` is given, Data Docs HTML is written there.
+    Given ``docs_dir``, Data Docs HTML of the run (pass or fail) is written there: ``index.html``
+    and one page per validated frame, readable offline.
     """
     import os
 
@@ -267,7 +269,7 @@ def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: O
                 detail = r.result.get("partial_unexpected_list") or r.result.get("observed_value") or r.exception_info
                 failures.append(f"{frame_name}: {cfg.type} {_kwargs_text(cfg.kwargs)} failed "
                                 f"(unexpected: {str(detail)[:200]})")
-    if failures and docs_dir is not None:
+    if docs_dir is not None:
         docs_dir.mkdir(parents=True, exist_ok=True)
         ctx.build_data_docs()
     return failures
@@ -308,8 +310,9 @@ def build_frames(stage: str, cfg: PipelineConfig, window: Window, wait_s: Option
 def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     """Build ``stage``'s frames for ``window`` and validate them.
 
-    Returns ``{"stage", "window", "frames": {name: rows}}``. Raises :class:`GateFailed` listing
-    every failed expectation (Data Docs written to ``cfg.gates.docs_dir()/<stage>``); a failed
+    Returns ``{"stage", "window", "frames": {name: rows}, "data_docs": path of index.html}``; the
+    Data Docs of every run, pass or fail, are in ``cfg.gates.docs_dir()/<pipeline>/<stage>``.
+    Raises :class:`GateFailed` listing every failed expectation and the Data Docs page; a failed
     expectation is never retried, whereas reading the frames is, after transient errors
     (:func:`build_frames`; :class:`cdclake.catalog.CatalogLocked` when the catalog stays locked).
     """
@@ -323,5 +326,7 @@ def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     if failures:
         raise GateFailed(f"{stage} gate failed for pipeline {cfg.name} {window}: {len(failures)} expectation(s) failed:\n  "
                          + "\n  ".join(failures) + f"\nData Docs: {docs / 'index.html'}")
-    log.info("%s gate passed for %s %s: %s", stage, cfg.name, iso(window.start), summary["frames"])
+    log.info("%s gate passed for %s %s: %s; Data Docs: %s", stage, cfg.name, iso(window.start), summary["frames"],
+             docs / "index.html")
+    summary["data_docs"] = str(docs / "index.html")
     return summary
