@@ -2,14 +2,19 @@
 
 - :class:`GateOperator` runs a stage's Great Expectations suite (``cdclake.gates``) and fails
   the task with a readable summary, naming the failed expectations and the Data Docs page.
-- :func:`stage_job` builds the ``SparkSubmitOperator`` of a stage job in ``jobs/``.
+- :class:`StageJobOperator` runs a stage job in ``jobs/`` with spark-submit; a job that exits
+  with the bad-input code fails its task at once, without retries; :func:`stage_job` builds it
+  from the pipeline's settings.
+- :func:`failure_callback` resolves the pipeline's ``airflow.on_failure_callback``.
 """
 from __future__ import annotations
 
+import datetime as dt
+import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
@@ -51,12 +56,55 @@ class GateOperator(BaseOperator):
             raise AirflowException(str(exc)) from None
 
 
-def stage_job(stage: str, cfg, **kwargs) -> SparkSubmitOperator:
-    """The ``SparkSubmitOperator`` running ``jobs/<stage>.py`` over the run's window."""
+class StageJobOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` of a stage job (``jobs/<stage>.py``).
+
+    A job that exits with :data:`cdclake.errors.BAD_INPUT` (2: a bad pipeline file, window or
+    catalog directory; the job's last log line says which) fails its task at once: a retry would
+    fail the same way. Any other failure raises the provider's ``AirflowException``, which Airflow
+    retries (``airflow.retries``). The exit code is spark-submit's: the job's own in client deploy
+    mode.
+    """
+
+    def execute(self, context):
+        from airflow.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from cdclake.errors import BAD_INPUT
+
+        try:
+            return super().execute(context)
+        except AirflowException as exc:
+            process = getattr(self._hook, "_submit_sp", None)
+            if process is not None and process.returncode == BAD_INPUT:
+                raise AirflowFailException(f"the {self.task_id} job exited with {BAD_INPUT} (bad input: pipeline file, "
+                                           "window or catalog directory; its 'error:' line above says which), "
+                                           "so it is not retried") from exc
+            raise
+
+
+def failure_callback(cfg) -> Optional[Callable]:
+    """The callable ``airflow.on_failure_callback`` names (``"module:function"``), or None.
+
+    Raises ``ImportError`` or ``AttributeError`` (shown as the DAG file's import error) when it
+    cannot be imported.
+    """
+    if not cfg.airflow.on_failure_callback:
+        return None
+    module, _, name = cfg.airflow.on_failure_callback.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def stage_job(stage: str, cfg, **kwargs) -> StageJobOperator:
+    """The :class:`StageJobOperator` running ``jobs/<stage>.py`` over the run's window, with the
+    pipeline's ``airflow.execution_timeout_s`` and ``airflow.pool``."""
     from cdclake.catalog import spark_jars
 
-    return SparkSubmitOperator(
+    if cfg.airflow.pool:
+        kwargs.setdefault("pool", cfg.airflow.pool)
+    return StageJobOperator(
         task_id="run",
+        execution_timeout=dt.timedelta(seconds=getattr(cfg.airflow.execution_timeout_s, stage)),
         application=str(JOBS / f"{stage}.py"),
         conn_id=cfg.airflow.spark_conn_id,
         name=f"cdc-{cfg.name}-{stage}",
@@ -72,6 +120,8 @@ def stage_job(stage: str, cfg, **kwargs) -> SparkSubmitOperator:
 
 
 def gate(stage: str, cfg, **kwargs) -> GateOperator:
-    """The gate task of ``stage`` over the run's window (never retried: a gate judges data)."""
+    """The gate task of ``stage`` over the run's window (never retried: a gate judges data), with
+    the pipeline's ``airflow.execution_timeout_s.gate``."""
     return GateOperator(task_id="gate", stage=stage, pipeline=cfg.path, start="{{ %s['start'] }}" % WINDOW,
-                        end="{{ %s['end'] }}" % WINDOW, topics="{{ %s['topics'] }}" % WINDOW, retries=0, **kwargs)
+                        end="{{ %s['end'] }}" % WINDOW, topics="{{ %s['topics'] }}" % WINDOW, retries=0,
+                        execution_timeout=dt.timedelta(seconds=cfg.airflow.execution_timeout_s.gate), **kwargs)

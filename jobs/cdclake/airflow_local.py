@@ -36,10 +36,38 @@ def env() -> dict[str, str]:
 
 
 def migrate() -> None:
-    """Create or upgrade Airflow's metadata database (SQLite in ``AIRFLOW_HOME``)."""
+    """Create or upgrade Airflow's metadata database (SQLite in ``AIRFLOW_HOME``), then the pools
+    the pipelines name (:func:`create_pools`)."""
     home = Path(airflow_env()["AIRFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     subprocess.run([airflow_bin(), "db", "migrate"], env=env(), check=True, stdout=subprocess.DEVNULL)
+    create_pools()
+
+
+def create_pools() -> list[tuple[str, int]]:
+    """Create the Airflow pool each pipeline of ``$CDC_PIPELINES_DIR`` names (``airflow.pool``),
+    with its ``airflow.pool_slots`` slots (the largest where pipelines share a pool), keeping the
+    slots of a pool that exists; return ``[(pool, slots)]`` created. Airflow never schedules a
+    task of a missing pool."""
+    from cdclake.config import load_pipelines
+
+    wanted: dict[str, int] = {}
+    for cfg in load_pipelines():
+        if cfg.airflow.pool and cfg.airflow.pool != "default_pool":
+            wanted[cfg.airflow.pool] = max(wanted.get(cfg.airflow.pool, 0), cfg.airflow.pool_slots)
+    if not wanted:
+        return []
+    listed = subprocess.run([airflow_bin(), "pools", "list", "-o", "json"], env=env(), check=True,
+                            capture_output=True, text=True).stdout
+    existing = {p["pool"] for p in json.loads(listed or "[]")}
+    created = []
+    for pool, slots in sorted(wanted.items()):
+        if pool not in existing:
+            subprocess.run([airflow_bin(), "pools", "set", pool, str(slots), "CDC stage jobs (Spark)"], env=env(),
+                           check=True, stdout=subprocess.DEVNULL)
+            print(f"created Airflow pool {pool} with {slots} slot(s)", flush=True)
+            created.append((pool, slots))
+    return created
 
 
 def dags_test(dag_id: str, start: str, end: str, topics: Optional[list[str]] = None) -> int:

@@ -188,14 +188,36 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class StageTimeouts(_Model):
+    """``airflow.execution_timeout_s``: seconds a task of each kind may run before Airflow stops
+    it (and retries it, for a stage job: ``airflow.retries``)."""
+
+    land: int = Field(3600, ge=1)
+    normalize: int = Field(3600, ge=1)
+    silver: int = Field(3600, ge=1)
+    gate: int = Field(1800, ge=1)
+
+
 class AirflowConfig(_Model):
-    """DAG settings."""
+    """DAG settings.
+
+    ``pool``: the Airflow pool of the stage jobs (the Spark jobs), which bounds how many run at
+    once across pipelines; it must exist (``airflow pools set <pool> <slots> <description>``;
+    ``make airflow`` and the compose stack create it with ``pool_slots`` slots), as Airflow never
+    schedules a task of a missing pool. None: Airflow's ``default_pool``.
+    ``on_failure_callback``: ``"module:function"`` (importable where the DAG files are parsed),
+    called by Airflow with the task's context when a task of the pipeline fails for good.
+    """
 
     schedule: Optional[str] = "@hourly"
     start_date: str = "2024-01-01T00:00:00+00:00"
-    retries: int = 2
-    retry_delay_s: int = 60
+    retries: int = Field(2, ge=0)
+    retry_delay_s: int = Field(60, ge=0)
     spark_conn_id: str = "spark_default"
+    execution_timeout_s: StageTimeouts = Field(default_factory=StageTimeouts)
+    pool: Optional[str] = None
+    pool_slots: int = Field(1, ge=1)
+    on_failure_callback: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class PipelineConfig(_Model):
