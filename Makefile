@@ -5,6 +5,7 @@
 #   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
 #   make bench-profile - the parsers alone with a cProfile listing (PROFILE_ARGS="--events 50000")
 #   make bench-silver-profile - silver alone on the last bench run's lake, jobs by step (SILVER_PROFILE_ARGS)
+#   make cluster - a Spark standalone master and worker on loopback; make cluster-stop ends them
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +15,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo test imports bench bench-profile bench-silver-profile airflow airflow-stop stack stack-down lock clean
+.PHONY: all deps venv demo test imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock clean
 
 all: test
 
@@ -75,6 +76,14 @@ airflow: stack
 
 airflow-stop:
 	-$(PY) -m cdclake.airflow_local stop
+
+# A Spark standalone master and worker on spark://127.0.0.1:7077 (web UI :8090); while it runs,
+# make airflow and make demo submit the stage jobs to it.
+cluster: venv
+	$(PY) -m cdclake.cluster start
+
+cluster-stop:
+	-$(PY) -m cdclake.cluster stop
 
 lock:
 	$(PY) -m pip install -q uv && $(VENV)/bin/uv pip compile requirements.in --python-version 3.11 --generate-hashes -o requirements.txt

@@ -110,6 +110,8 @@ def stage_job(stage: str, cfg, **kwargs) -> StageJobOperator:
         name=f"cdc-{cfg.name}-{stage}",
         jars=",".join(spark_jars(cfg.catalog)),
         driver_memory=cfg.spark.driver_memory,
+        executor_memory=cfg.spark.executor_memory,
+        executor_cores=cfg.spark.executor_cores,
         application_args=["--pipeline", cfg.path, "--start", "{{ %s['start'] }}" % WINDOW,
                           "--end", "{{ %s['end'] }}" % WINDOW, "--topics", "{{ %s['topics'] }}" % WINDOW],
         env_vars={"PYTHONPATH": os.pathsep.join(filter(None, [str(JOBS), os.environ.get("PYTHONPATH")])),

@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
+from cdclake.cluster import master_url
 from cdclake.embedded import airflow_env
 
 PROCESSES = {
@@ -32,7 +33,19 @@ def airflow_bin() -> str:
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, **airflow_env()}
+    """The environment of the Airflow processes: :func:`cdclake.embedded.airflow_env`, with
+    ``spark_default`` on the standalone cluster of ``make cluster`` while it runs
+    (:func:`cdclake.cluster.master_url`; client deploy mode)."""
+    out = {**os.environ, **airflow_env()}
+    master = master_url()
+    if master:
+        out["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connection(master)
+    return out
+
+
+def spark_connection(master: str, deploy_mode: str = "client") -> str:
+    """Airflow's ``spark_default`` connection (JSON, for ``AIRFLOW_CONN_SPARK_DEFAULT``) to ``master``."""
+    return json.dumps({"conn_type": "spark", "host": master, "extra": {"deploy-mode": deploy_mode}})
 
 
 def migrate() -> None:

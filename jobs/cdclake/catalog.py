@@ -70,7 +70,8 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.caseSensitive": "true",  # source column names are kept exactly
-        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
+        "spark.executor.memory": cfg.spark.executor_memory,
         # A silver MERGE plan has a column-by-column expression per column; the driver keeps every
         # finished query's plan for the UI. Keep few, with plan text capped, so that a long session
         # (a backfill, the tests) does not fill the driver heap with old plans.
@@ -95,6 +96,8 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     }
+    if cfg.spark.executor_cores:
+        conf["spark.executor.cores"] = str(cfg.spark.executor_cores)
     if cat.user:
         conf[f"{prefix}.jdbc.user"] = cat.user
     if cat.password:

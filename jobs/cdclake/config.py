@@ -181,10 +181,18 @@ class GatesConfig(_Model):
 
 
 class SparkConfig(_Model):
-    """Spark settings for the stage jobs (master comes from the Airflow connection in DAG runs)."""
+    """Spark settings for the stage jobs (master comes from the Airflow connection in DAG runs).
+
+    ``executor_memory`` and ``executor_cores`` size each executor on a cluster (local mode runs
+    the tasks in the driver); ``shuffle_partitions`` is ``spark.sql.shuffle.partitions``. ``conf``
+    is applied last, over everything the pipeline sets.
+    """
 
     master: str = "local[2]"
     driver_memory: str = "2g"
+    executor_memory: str = "1g"
+    executor_cores: Optional[int] = Field(None, ge=1)
+    shuffle_partitions: int = Field(4, ge=1)
     conf: dict[str, str] = Field(default_factory=dict)
 
 

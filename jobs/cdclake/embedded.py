@@ -50,7 +50,8 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process ``pid`` exists (and may be signalled)."""
     try:
         os.kill(pid, 0)
     except OSError:
@@ -68,7 +69,7 @@ def start_broker(state: Optional[Path] = None, port: Optional[int] = None, timeo
     info_file = state / BROKER_FILE
     if info_file.exists():
         info = json.loads(info_file.read_text())
-        if _pid_alive(info["pid"]) and port_open("127.0.0.1", info["port"]):
+        if pid_alive(info["pid"]) and port_open("127.0.0.1", info["port"]):
             return f"127.0.0.1:{info['port']}"
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
@@ -95,7 +96,7 @@ def stop_broker(state: Optional[Path] = None) -> bool:
         return False
     info = json.loads(info_file.read_text())
     info_file.unlink()
-    if _pid_alive(info["pid"]):
+    if pid_alive(info["pid"]):
         os.killpg(info["pid"], signal.SIGTERM)
         return True
     return False
