@@ -19,12 +19,14 @@ export SPARK_LOCAL_IP := 127.0.0.1
 
 all: test
 
-# System packages: Java 17 for Spark, the SQLite JDBC driver for the embedded Iceberg catalog.
+# System packages: Java 17 for Spark, the JDBC drivers of the Iceberg catalog (SQLite for the
+# embedded one, PostgreSQL for production's, tested by tests/test_postgres_catalog.py).
 deps:
-	@command -v java >/dev/null && test -f /usr/share/java/sqlite-jdbc.jar || { \
-	  echo "installing Java and the SQLite JDBC driver (apt)"; \
+	@command -v java >/dev/null && test -f /usr/share/java/sqlite-jdbc.jar && test -f /usr/share/java/postgresql.jar || { \
+	  echo "installing Java and the SQLite and PostgreSQL JDBC drivers (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless libxerial-sqlite-jdbc-java >/dev/null; }
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless libxerial-sqlite-jdbc-java \
+	    libpostgresql-jdbc-java >/dev/null; }
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
