@@ -7,7 +7,8 @@ database stayed locked). Errors print one line ``error: <cause>`` on stderr (the
 unexpected one goes to the log before it).
 
 The writing stages (land, normalize, silver) hold the writer lock of their topics
-(:mod:`cdclake.locks`) from before the Spark session starts until the stage ends.
+(:mod:`cdclake.locks`) from before the Spark session starts until the stage ends. After a stage
+succeeds, its run metrics are appended to ``bronze.run_metrics`` (:mod:`cdclake.metrics`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import argparse
 import logging
 import re
 import sys
+import time
 from typing import Callable
 
 from cdclake.catalog import describe
@@ -106,15 +108,29 @@ def task_failure(exc: BaseException) -> str | None:
     return None
 
 
+def run_stage(spark, stage: str, fn: Callable, cfg: PipelineConfig, window: Window):
+    """Run the library stage ``fn(spark, cfg, window)`` and return what it returns; once it has
+    succeeded, log and append its run metrics (:func:`cdclake.metrics.record_run`: one row per topic
+    in ``bronze.run_metrics``, ``duration_s`` the stage's seconds) in the same session. A failure to
+    record the metrics is a logged warning, never the stage's failure."""
+    from cdclake.metrics import record_run
+
+    started = time.monotonic()
+    result = fn(spark, cfg, window)
+    record_run(spark, cfg, stage, window, result, time.monotonic() - started)
+    return result
+
+
 def spark_stage(stage: str, fn: Callable) -> Callable[[PipelineConfig, Window], object]:
-    """Wrap a library stage ``fn(spark, cfg, window)`` so it gets the pipeline's Spark session."""
+    """Wrap a library stage ``fn(spark, cfg, window)`` so it gets the pipeline's Spark session and
+    records its run metrics (:func:`run_stage`)."""
 
     def run(cfg: PipelineConfig, window: Window):
         from cdclake.catalog import spark_session
 
         spark = spark_session(cfg, app_name=f"cdc-{cfg.name}-{stage}")
         try:
-            return fn(spark, cfg, window)
+            return run_stage(spark, stage, fn, cfg, window)
         finally:
             spark.stop()
 

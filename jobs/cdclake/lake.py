@@ -12,6 +12,7 @@ table                          rows                                             
 ``bronze.quarantine``          records that could not be parsed, with the reason     :data:`QUARANTINE_SCHEMA`
 ``bronze.control_events``      DDL, tombstones, heartbeats: recognised, not rows     :data:`CONTROL_SCHEMA`
 ``bronze.schema_registry``     table definitions from metadata messages (Qlik)       :data:`REGISTRY_SCHEMA`
+``bronze.run_metrics``         one row per stage run, topic (and silver table)       :data:`RUN_METRICS_SCHEMA`
 ``<silver>.<name>``            one table per source table (:func:`silver_table`)     source columns +
                                                                                      :data:`META_COLUMNS`
 ``<silver>_tombstones.<name>`` deletes and truncates of a silver table               :data:`TOMBSTONE_SCHEMA`
@@ -58,6 +59,7 @@ BRONZE_TABLE = "bronze.changes"
 QUARANTINE_TABLE = "bronze.quarantine"
 CONTROL_TABLE = "bronze.control_events"
 REGISTRY_TABLE = "bronze.schema_registry"
+RUN_METRICS_TABLE = "bronze.run_metrics"
 
 
 def ddl(columns: list[tuple[str, str]]) -> str:
@@ -303,6 +305,32 @@ def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
             if col_name not in have:
                 spark.sql(f"ALTER TABLE {qualified(cfg, name)} ADD COLUMN {col_name} {col_type}")
     _create(spark, cfg, REGISTRY_TABLE, REGISTRY_SCHEMA, "source_format")
+
+
+# --- run metrics ------------------------------------------------------------------------------
+
+#: ``bronze.run_metrics``: what each run of a stage did, one row per topic (silver: per topic and
+#: silver table), appended after the stage succeeded (:mod:`cdclake.metrics`). ``run_at``: when
+#: the stage finished (UTC); ``stage``: land, normalize or silver; ``window_start``/``window_end``:
+#: the run's hour window ``[start, end)``; ``records_landed`` (land): Kafka records landed;
+#: ``records_parsed``, ``change_rows``, ``quarantined``, ``control`` (normalize): raw records read
+#: and the bronze, quarantine and control rows they became; ``silver_table`` (silver): the quoted
+#: silver table, ``changes_merged``: its bronze changes of the window, ``keys_upserted`` and
+#: ``keys_deleted``: keys the MERGE upserted and deleted; ``newest_source_ts``: the newest source
+#: commit time of the window's bronze changes of the topic (normalize, silver); ``lag_s``: seconds
+#: from it to ``run_at``; ``duration_s``: seconds the stage ran (all its topics together).
+#: Columns that do not apply to a stage are null.
+RUN_METRICS_SCHEMA = ("run_at timestamp, pipeline string, stage string, kafka_topic string, window_start timestamp, "
+                      "window_end timestamp, records_landed bigint, records_parsed bigint, change_rows bigint, "
+                      "quarantined bigint, control bigint, silver_table string, changes_merged bigint, "
+                      "keys_upserted bigint, keys_deleted bigint, newest_source_ts timestamp, lag_s double, "
+                      "duration_s double")
+
+
+def ensure_run_metrics_table(spark: "SparkSession", cfg: PipelineConfig) -> None:
+    """Create ``bronze.run_metrics`` (:data:`RUN_METRICS_SCHEMA`, partitioned by days(run_at)) when missing."""
+    ensure_namespace(spark, cfg, "bronze")
+    _create(spark, cfg, RUN_METRICS_TABLE, RUN_METRICS_SCHEMA, "days(run_at)")
 
 
 # --- silver, tombstone and history tables: naming -----------------------------------------------

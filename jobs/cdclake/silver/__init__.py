@@ -130,7 +130,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     result = TableResult(table=name)
     if summary is None:
         summary = next(iter(summarize_batch(changes).values()), BatchSummary())
-    result.changes = summary.changes
+    result.changes, result.topics = summary.changes, list(summary.topics)
     truncated_at = apply_truncates(spark, cfg, st, name, summary.truncate, result)  # this batch's or an earlier one
     rows = after_truncate(changes, truncated_at)
     if truncated_at is None:  # the summary's rows are the batch's rows

@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TableResult:
-    """What one table's merge did: key counts of the deduplicated batch."""
+    """What one table's merge did: key counts of the deduplicated batch.
+
+    ``topics``: the Kafka topics the table's changes of the batch came from.
+    """
 
     table: str
     changes: int = 0
@@ -41,6 +44,7 @@ class TableResult:
     truncated: bool = False
     added_columns: list[str] = field(default_factory=list)
     history_versions: int = 0
+    topics: list[str] = field(default_factory=list)
 
 
 def open_silver_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> tuple[SourceTable, str]:

@@ -1,0 +1,131 @@
+"""Run metrics: what each run of a stage landed, parsed, quarantined and merged, per topic.
+
+After a stage succeeds, its entry point (:func:`cdclake.cli.run_stage`) appends one row per topic
+(silver: per topic and silver table) to ``bronze.run_metrics`` (:data:`cdclake.lake.RUN_METRICS_SCHEMA`)
+and logs the same figures, one line per row. Columns: run_at timestamp (UTC, when the stage
+finished), pipeline string, stage string, kafka_topic string, window_start and window_end
+timestamp, records_landed bigint (land), records_parsed, change_rows, quarantined, control bigint
+(normalize), silver_table string, changes_merged, keys_upserted, keys_deleted bigint (silver),
+newest_source_ts timestamp and lag_s double (seconds from it to run_at; normalize and silver),
+duration_s double (seconds the stage ran). Columns that do not apply to a stage are null.
+
+The table is only appended to: a rerun of a window adds rows, told apart by ``run_at``. Writing
+the metrics never fails a stage (:func:`record_run` logs a warning instead).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any, Optional
+
+from cdclake.catalog import describe, qualified
+from cdclake.config import PipelineConfig
+from cdclake.lake import (BRONZE_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ddl_columns, ensure_run_metrics_table,
+                          window_filter)
+from cdclake.window import UTC, Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: The columns of a run metrics row, in table order.
+METRIC_COLUMNS = [n for n, _ in ddl_columns(RUN_METRICS_SCHEMA)]
+#: Stages whose lag is read from the window's bronze changes (``source_ts_ms``).
+LAG_STAGES = ("normalize", "silver")
+
+
+def newest_source_ts(spark: "SparkSession", cfg: PipelineConfig, window: Window,
+                     topics: list[str]) -> dict[str, Optional[dt.datetime]]:
+    """``{topic: newest source commit time (UTC) of the window's bronze changes}``: the maximum
+    ``source_ts_ms`` of each topic's rows of ``bronze.changes`` in ``window`` (None: no change
+    carries one). One aggregation of one column of the window's bronze files."""
+    from pyspark.sql import functions as F
+
+    out: dict[str, Optional[dt.datetime]] = {t: None for t in topics}
+    rows = (spark.table(qualified(cfg, BRONZE_TABLE)).where(window_filter(window, topics))
+            .groupBy("kafka_topic").agg(F.max("source_ts_ms").alias("newest")).collect())
+    for r in rows:
+        if r["newest"] is not None:
+            out[r["kafka_topic"]] = dt.datetime.fromtimestamp(r["newest"] / 1000, UTC)
+    return out
+
+
+def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: Any, run_at: dt.datetime,
+                duration_s: float, newest: Optional[dict[str, Optional[dt.datetime]]] = None) -> list[dict]:
+    """The run metrics rows (dicts of :data:`METRIC_COLUMNS`) of one stage run.
+
+    ``result``: what the stage returned: land ``{topic: records}``; normalize ``{topic: {"raw",
+    "changes", "quarantined", "control"}}``; silver a list of
+    :class:`cdclake.silver.tables.TableResult` (one row per table and topic of its ``topics``;
+    ``changes_merged`` is the table's changes of the window, over all its topics; a topic with no
+    change in the window gets one row without silver table and 0 changes). ``run_at``: when the
+    stage finished (aware, UTC); ``duration_s``: seconds it ran; ``newest``: ``{topic: newest source
+    commit time}`` (:func:`newest_source_ts`), from which ``lag_s`` = seconds to ``run_at``.
+    Raises ValueError for an unknown stage.
+    """
+    topics = list(window.topics or cfg.topics())
+    newest = newest or {}
+
+    def row(topic: str, **figures) -> dict:
+        ts = newest.get(topic)
+        out = dict.fromkeys(METRIC_COLUMNS)
+        out.update(run_at=run_at, pipeline=cfg.name, stage=stage, kafka_topic=topic, window_start=window.start,
+                   window_end=window.end, duration_s=float(duration_s), newest_source_ts=ts,
+                   lag_s=None if ts is None else (run_at - ts).total_seconds(), **figures)
+        return out
+
+    if stage == "land":
+        return [row(t, records_landed=int(result.get(t, 0))) for t in topics]
+    if stage == "normalize":
+        zero = {"raw": 0, "changes": 0, "quarantined": 0, "control": 0}
+        return [row(t, records_parsed=int(s["raw"]), change_rows=int(s["changes"]), quarantined=int(s["quarantined"]),
+                    control=int(s["control"])) for t in topics for s in [result.get(t, zero)]]
+    if stage == "silver":
+        rows, seen = [], set()
+        for r in result:
+            for t in r.topics:
+                seen.add(t)
+                rows.append(row(t, silver_table=r.table, changes_merged=int(r.changes), keys_upserted=int(r.upserts),
+                                keys_deleted=int(r.deletes)))
+        rows += [row(t, changes_merged=0) for t in topics if t not in seen]
+        return sorted(rows, key=lambda r: (r["kafka_topic"], r["silver_table"] or ""))
+    raise ValueError(f"no run metrics for stage {stage!r}")
+
+
+def log_line(row: dict) -> str:
+    """One log line of a run metrics row: stage, topic, window, then every figure that is not null."""
+    figures = ", ".join(f"{k}={row[k]:.3f}" if isinstance(row[k], float) else
+                        f"{k}={row[k].isoformat() if isinstance(row[k], dt.datetime) else row[k]}"
+                        for k in METRIC_COLUMNS[6:] if row[k] is not None)
+    return (f"run metrics: {row['stage']} topic {row['kafka_topic']} window {row['window_start'].isoformat()}.."
+            f"{row['window_end'].isoformat()}: {figures}")
+
+
+def write_metrics(spark: "SparkSession", cfg: PipelineConfig, rows: list[dict]) -> None:
+    """Append ``rows`` (:func:`metric_rows`) to ``bronze.run_metrics``, created when missing: one commit."""
+    ensure_run_metrics_table(spark, cfg)
+    if rows:
+        df = spark.createDataFrame([tuple(r[c] for c in METRIC_COLUMNS) for r in rows], RUN_METRICS_SCHEMA)
+        df.writeTo(qualified(cfg, RUN_METRICS_TABLE)).append()
+
+
+def record_run(spark: "SparkSession", cfg: PipelineConfig, stage: str, window: Window, result: Any,
+               duration_s: float, run_at: Optional[dt.datetime] = None) -> Optional[list[dict]]:
+    """Log and append the run metrics of a stage that succeeded (:func:`metric_rows`); return the rows.
+
+    ``run_at`` defaults to now (UTC). Never raises: any failure (reading the lag, writing the table)
+    is logged as a warning and returns None; rows already logged stay logged.
+    """
+    run_at = run_at or dt.datetime.now(UTC)
+    try:
+        topics = list(window.topics or cfg.topics())
+        newest = newest_source_ts(spark, cfg, window, topics) if stage in LAG_STAGES else None
+        rows = metric_rows(cfg, stage, window, result, run_at, duration_s, newest)
+        for r in rows:
+            log.info("%s", log_line(r))
+        write_metrics(spark, cfg, rows)
+        return rows
+    except Exception as exc:
+        log.warning("run metrics of %s for %s not recorded: %s", stage, window, describe(exc))
+        return None
