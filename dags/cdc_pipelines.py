@@ -53,7 +53,7 @@ def params(topics: list[str]) -> dict:
     }
 
 
-for cfg in load_pipelines():
+for cfg in load_pipelines(resolve=False):  # no secrets at parse time: the tasks resolve connections
     with DAG(
         dag_id=cfg.dag_id,
         description=f"CDC pipeline {cfg.name}: {', '.join(cfg.topics())} -> raw -> bronze -> silver",

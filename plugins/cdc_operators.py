@@ -6,11 +6,17 @@
   with the bad-input code fails its task at once, without retries; :func:`stage_job` builds it
   from the pipeline's settings.
 - :func:`failure_callback` resolves the pipeline's ``airflow.on_failure_callback``.
+- :func:`airflow_connection` resolves a connection the pipeline names (``kafka.connection``,
+  ``catalog.connection``) through Airflow (secrets backends, ``AIRFLOW_CONN_<ID>``, the
+  metadata database) at run time and registers its secrets with Airflow's secrets masker. The
+  gate uses it in the worker; a stage job gets it in spark-submit's environment
+  (``CDC_CONNECTION_<ID>``), set when the task runs, never in a template field.
 """
 from __future__ import annotations
 
 import datetime as dt
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,6 +28,53 @@ from airflow.sdk import BaseOperator
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "jobs"
 WINDOW = "ti.xcom_pull(task_ids='window')"
+
+
+def airflow_connection(conn_id: str) -> Optional[dict]:
+    """The connection ``conn_id`` from Airflow (``BaseHook.get_connection``), as the dict
+    ``cdclake.config.parse_connection`` gives, or None when Airflow does not know it.
+
+    Its password and the secret settings of its extra are registered with Airflow's secrets
+    masker, so that task logs show ``***`` for them.
+    """
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    from cdclake.config import SECRET_SETTING_RE
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    extra = conn.extra_dejson
+    if conn.password:
+        mask_secret(conn.password)
+    for key, value in extra.items():
+        if SECRET_SETTING_RE.search(str(key)) and value:
+            mask_secret(value)
+    return {"conn_type": conn.conn_type, "host": conn.host, "port": conn.port, "login": conn.login,
+            "password": conn.password, "schema": conn.schema, "extra": extra}
+
+
+def connection_env(conn_ids: Sequence[str]) -> dict[str, str]:
+    """``CDC_CONNECTION_<ID>`` variables (JSON) handing the connections ``conn_ids`` to a stage
+    job; each value is registered with the secrets masker. Raises ``AirflowFailException`` (not
+    retried) naming a connection Airflow does not know."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.log import mask_secret
+
+    from cdclake.config import CONNECTION_ENV_PREFIX
+
+    env = {}
+    for conn_id in conn_ids:
+        conn = airflow_connection(conn_id)
+        if conn is None:
+            raise AirflowFailException(f"connection {conn_id!r} (named by the pipeline) is not defined in Airflow")
+        value = json.dumps({k: v for k, v in conn.items() if v not in (None, "", {})})
+        mask_secret(value)
+        env[CONNECTION_ENV_PREFIX + conn_id.upper()] = value
+    return env
 
 
 class GateOperator(BaseOperator):
@@ -48,7 +101,7 @@ class GateOperator(BaseOperator):
         from cdclake.gates import GateFailed, run_gate
         from cdclake.window import make_window
 
-        cfg = load_pipeline(self.pipeline)
+        cfg = load_pipeline(self.pipeline, connections=airflow_connection)
         window = make_window(self.start, self.end, self.topics or None, known_topics=cfg.topics())
         try:
             return run_gate(self.stage, cfg, window)
@@ -64,7 +117,28 @@ class StageJobOperator(SparkSubmitOperator):
     fail the same way. Any other failure raises the provider's ``AirflowException``, which Airflow
     retries (``airflow.retries``). The exit code is spark-submit's: the job's own in client deploy
     mode.
+
+    :param connections: ids of the connections the pipeline names. They are resolved when the
+        task runs and handed to spark-submit's environment (:func:`connection_env`), not through
+        ``env_vars``, a template field the UI shows. YARN and Kubernetes would put environment
+        variables on the spark-submit command line, so the task refuses them there.
     """
+
+    def __init__(self, *, connections: Sequence[str] = (), **kwargs):
+        super().__init__(**kwargs)
+        self.connections = list(connections)
+
+    def _get_hook(self):
+        hook = super()._get_hook()
+        if self.connections:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            if hook._is_yarn or hook._is_kubernetes:
+                raise AirflowFailException("the pipeline's connections are handed to the job in spark-submit's "
+                                           "environment, which YARN and Kubernetes put on the command line; "
+                                           "use the cluster's own secrets there")
+            hook._env_vars = {**(hook._env_vars or {}), **connection_env(self.connections)}
+        return hook
 
     def execute(self, context):
         from airflow.exceptions import AirflowException
@@ -97,8 +171,9 @@ def failure_callback(cfg) -> Optional[Callable]:
 
 def stage_job(stage: str, cfg, **kwargs) -> StageJobOperator:
     """The :class:`StageJobOperator` running ``jobs/<stage>.py`` over the run's window, with the
-    pipeline's ``airflow.execution_timeout_s`` and ``airflow.pool``."""
+    pipeline's ``airflow.execution_timeout_s``, ``airflow.pool`` and connections."""
     from cdclake.catalog import spark_jars
+    from cdclake.config import connection_ids
 
     if cfg.airflow.pool:
         kwargs.setdefault("pool", cfg.airflow.pool)
@@ -107,6 +182,7 @@ def stage_job(stage: str, cfg, **kwargs) -> StageJobOperator:
         execution_timeout=dt.timedelta(seconds=getattr(cfg.airflow.execution_timeout_s, stage)),
         application=str(JOBS / f"{stage}.py"),
         conn_id=cfg.airflow.spark_conn_id,
+        connections=connection_ids(cfg),
         name=f"cdc-{cfg.name}-{stage}",
         jars=",".join(spark_jars(cfg.catalog)),
         driver_memory=cfg.spark.driver_memory,

@@ -65,7 +65,7 @@ def create_pools() -> list[tuple[str, int]]:
     from cdclake.config import load_pipelines
 
     wanted: dict[str, int] = {}
-    for cfg in load_pipelines():
+    for cfg in load_pipelines(resolve=False):
         if cfg.airflow.pool and cfg.airflow.pool != "default_pool":
             wanted[cfg.airflow.pool] = max(wanted.get(cfg.airflow.pool, 0), cfg.airflow.pool_slots)
     if not wanted:

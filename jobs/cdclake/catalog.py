@@ -35,7 +35,8 @@ def iceberg_jar() -> Path:
 
 
 def _kind(cat: CatalogConfig) -> str:
-    return "sqlite" if cat.uri.startswith("jdbc:sqlite:") else "postgresql"
+    # no uri yet (a DAG file parsed without its connections): one that a connection gives is PostgreSQL
+    return "sqlite" if cat.uri and cat.uri.startswith("jdbc:sqlite:") else "postgresql"
 
 
 def check_catalog(cat: CatalogConfig) -> None:
@@ -100,8 +101,8 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         conf["spark.executor.cores"] = str(cfg.spark.executor_cores)
     if cat.user:
         conf[f"{prefix}.jdbc.user"] = cat.user
-    if cat.password:
-        conf[f"{prefix}.jdbc.password"] = cat.password
+    if cat.password_value():
+        conf[f"{prefix}.jdbc.password"] = cat.password_value()
     conf.update(cfg.spark.conf)
     return conf
 
@@ -194,16 +195,21 @@ def pyiceberg_catalog(cat: CatalogConfig):
     from pyiceberg.catalog.sql import SqlCatalog
 
     check_catalog(cat)
+    uri = pyiceberg_uri(cat)
+    return with_retries(lambda: SqlCatalog(cat.name, uri=uri, warehouse=cat.warehouse), cat, "opening the catalog")
+
+
+def pyiceberg_uri(cat: CatalogConfig) -> str:
+    """The SQLAlchemy URI of the catalog database for pyiceberg's ``SqlCatalog`` (it holds the
+    catalog's user and password: never log it; :func:`catalog_where` is the printable form)."""
     if _kind(cat) == "sqlite":
         path = cat.uri.removeprefix("jdbc:sqlite:")
-        uri = f"sqlite:///{path}{'&' if '?' in path else '?'}timeout={SQLITE_BUSY_TIMEOUT_S:g}"
-    else:
-        rest = cat.uri.removeprefix("jdbc:postgresql://")
-        from urllib.parse import quote
+        return f"sqlite:///{path}{'&' if '?' in path else '?'}timeout={SQLITE_BUSY_TIMEOUT_S:g}"
+    from urllib.parse import quote
 
-        auth = f"{quote(cat.user, safe='')}:{quote(cat.password or '', safe='')}@" if cat.user else ""
-        uri = f"postgresql+psycopg2://{auth}{rest}"
-    return with_retries(lambda: SqlCatalog(cat.name, uri=uri, warehouse=cat.warehouse), cat, "opening the catalog")
+    rest = cat.uri.removeprefix("jdbc:postgresql://")
+    auth = f"{quote(cat.user, safe='')}:{quote(cat.password_value() or '', safe='')}@" if cat.user else ""
+    return f"postgresql+psycopg2://{auth}{rest}"
 
 
 def spark_session(cfg: PipelineConfig, app_name: str = "cdclake") -> "SparkSession":

@@ -17,22 +17,41 @@ the process environment, then in the embedded stack's env file ``$CDC_STATE_DIR/
         primary_key: [id]          # optional: overrides what messages/keys say
         options: {}                # format options
 
+Secrets may come from a connection instead of the file: ``kafka.connection: <conn_id>`` and
+``catalog.connection: <conn_id>`` name one, in Airflow's connection format (:func:`parse_connection`).
+A connection fills what the file leaves empty; a field set in both is a :class:`ConfigError`
+naming the field (:func:`apply_connections`). The connection is looked up by ``connections``
+(in Airflow, the operators resolve it through Airflow's secrets backends), else in the
+environment: ``CDC_CONNECTION_<CONN_ID>`` (set by the stage job operator for its spark-submit),
+then ``AIRFLOW_CONN_<CONN_ID>`` (:func:`env_connection`). Secret values never show in the
+config's ``repr``/``str``: ``catalog.password`` is a ``SecretStr`` and the secret settings of
+``kafka.client`` are shown as ``**********``.
+
 Errors: :class:`ConfigError` with a one-line message naming the file and the bad key.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from cdclake.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: librdkafka settings whose values are secrets (shown masked in the config's repr).
+SECRET_SETTING_RE = re.compile(r"password|secret|token|\.pem$|oauthbearer\.config", re.I)
+MASK = "**********"
+#: Environment variable prefixes of a connection: the value the stage job operator resolved and
+#: handed to its job, then Airflow's own (``airflow connections`` format: JSON or URI).
+CONNECTION_ENV_PREFIX = "CDC_CONNECTION_"
+AIRFLOW_CONN_PREFIX = "AIRFLOW_CONN_"
 
 
 def state_dir() -> Path:
@@ -53,29 +72,57 @@ class _Model(BaseModel):
 
 
 class KafkaConfig(_Model):
-    """Where the CDC topics are. ``client`` holds extra librdkafka settings (e.g. SASL)."""
+    """Where the CDC topics are. ``client`` holds extra librdkafka settings (e.g. SASL).
 
-    bootstrap_servers: str
+    ``connection``: a connection id whose host gives ``bootstrap_servers``, whose extra JSON gives
+    ``client`` settings and whose login/password give ``sasl.username``/``sasl.password``.
+    """
+
+    bootstrap_servers: Optional[str] = None
     client: dict[str, Any] = Field(default_factory=dict)
+    connection: Optional[str] = None
     timeout_s: float = 10.0
     max_records_per_task: int = 250_000
+
+    @model_validator(mode="after")
+    def _servers(self) -> "KafkaConfig":
+        if not self.bootstrap_servers and not self.connection:
+            raise ValueError("kafka needs bootstrap_servers or a connection")
+        return self
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            if name == "client":
+                value = {k: MASK if SECRET_SETTING_RE.search(str(k)) else v for k, v in value.items()}
+            yield name, value
 
 
 class CatalogConfig(_Model):
     """The Iceberg catalog shared by Spark and pyiceberg (JDBC catalog: SQLite or PostgreSQL)."""
 
     name: str = "lake"
-    uri: str
+    uri: Optional[str] = None
     warehouse: str
     user: Optional[str] = None
-    password: Optional[str] = None
+    password: Optional[SecretStr] = None
+    connection: Optional[str] = None
 
     @field_validator("uri")
     @classmethod
-    def _jdbc(cls, v: str) -> str:
-        if not v.startswith("jdbc:sqlite:") and not v.startswith("jdbc:postgresql:"):
+    def _jdbc(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not v.startswith("jdbc:sqlite:") and not v.startswith("jdbc:postgresql:"):
             raise ValueError("must be a jdbc:sqlite:/abs/path or jdbc:postgresql://host/db URI")
         return v
+
+    @model_validator(mode="after")
+    def _has_uri(self) -> "CatalogConfig":
+        if not self.uri and not self.connection:
+            raise ValueError("catalog needs a uri or a connection")
+        return self
+
+    def password_value(self) -> Optional[str]:
+        """The password in clear (for the JDBC driver and pyiceberg), or None."""
+        return self.password.get_secret_value() if self.password is not None else None
 
 
 class SourceConfig(_Model):
@@ -299,9 +346,148 @@ def _expand(obj: Any, where: str, lookup: dict[str, str]) -> Any:
     return obj
 
 
-def load_pipeline(path: str | os.PathLike) -> PipelineConfig:
+Connections = Callable[[str], Optional[Mapping[str, Any]]]
+
+
+def parse_connection(value: str, conn_id: str, where: str = "") -> dict[str, Any]:
+    """A connection in Airflow's serialized forms, JSON or URI, as a dict of ``conn_type``,
+    ``host``, ``port``, ``login``, ``password``, ``schema`` and ``extra`` (a dict).
+
+    Parses as ``airflow.sdk.Connection.from_json``/``from_uri`` do, e.g.
+    ``{"conn_type": "generic", "host": "b1:9092,b2:9092", "login": "u", "password": "p",
+    "extra": {"security.protocol": "SASL_SSL"}}`` or
+    ``generic://u:p@b1%3A9092%2Cb2%3A9092?security.protocol=SASL_SSL`` (a URI's host is
+    percent-encoded when it holds several servers). Raises :class:`ConfigError` without echoing
+    the value, which may hold a secret.
+    """
+    what = f"connection {conn_id!r}{f' ({where})' if where else ''}"
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            raise ConfigError(f"{what} is not valid JSON") from None
+        if not isinstance(fields, dict):
+            raise ConfigError(f"{what} is not a JSON object")
+    else:
+        try:
+            fields = _connection_from_uri(text)
+        except ValueError:
+            raise ConfigError(f"{what} is neither a JSON object nor a connection URI") from None
+    extra = fields.get("extra") or {}
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            raise ConfigError(f"{what}: its extra is not valid JSON") from None
+    if not isinstance(extra, dict):
+        raise ConfigError(f"{what}: its extra is not a JSON object")
+    port = fields.get("port")
+    try:
+        port = int(port) if port not in (None, "") else None
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: port is not an integer") from None
+    return {"conn_type": fields.get("conn_type"), "host": fields.get("host") or None, "port": port,
+            "login": fields.get("login") or None, "password": fields.get("password") or None,
+            "schema": fields.get("schema") or None, "extra": extra}
+
+
+def _connection_from_uri(uri: str) -> dict[str, Any]:
+    if "://" not in uri:
+        raise ValueError(uri)
+    scheme, rest = uri.split("://", 1)
+    parts = urlsplit("//" + rest)
+    host = unquote(parts.hostname or "")
+    if "/" in host:  # as Airflow: a host holding a path is taken from the netloc as written
+        host = unquote(parts.netloc.rsplit("@", 1)[-1].split(":", 1)[0])
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    extra = query["__extra__"] if "__extra__" in query else query
+    return {"conn_type": "postgres" if scheme == "postgresql" else scheme.replace("-", "_"), "host": host,
+            "port": parts.port, "login": unquote(parts.username) if parts.username else None,
+            "password": unquote(parts.password) if parts.password else None,
+            "schema": unquote(parts.path[1:]) if parts.path[1:] else None, "extra": extra}
+
+
+def env_connection(conn_id: str) -> Optional[dict[str, Any]]:
+    """The connection ``conn_id`` from the environment, or None: ``CDC_CONNECTION_<CONN_ID>``
+    (handed over by the stage job operator), else ``AIRFLOW_CONN_<CONN_ID>`` (Airflow's own
+    variable, JSON or URI). ``<CONN_ID>`` is the id upper-cased, as Airflow spells it."""
+    for prefix in (CONNECTION_ENV_PREFIX, AIRFLOW_CONN_PREFIX):
+        name = prefix + conn_id.upper()
+        if os.environ.get(name):
+            return parse_connection(os.environ[name], conn_id, name)
+    return None
+
+
+def _empty(v: Any) -> bool:
+    return v is None or v == "" or v == {}
+
+
+def _fill(section: dict, key: str, value: Any, where: str, conn_id: str) -> None:
+    if _empty(value):
+        return
+    if not _empty(section.get(key)):
+        raise ConfigError(f"key '{where}': set in the file and by connection {conn_id!r}; set it in one place only")
+    section[key] = value
+
+
+def apply_connections(raw: dict, connections: Optional[Connections] = None) -> dict:
+    """``raw`` (an expanded pipeline mapping) with the values of the connections it names.
+
+    ``kafka.connection``: host → ``bootstrap_servers``; extra → ``client`` settings; login and
+    password → ``client`` ``sasl.username`` and ``sasl.password``. ``catalog.connection``: login
+    and password → ``user`` and ``password``; host, port (default 5432) and schema →
+    ``uri`` ``jdbc:postgresql://host:port/schema``, when the file has no ``uri``. The connection
+    fills what the file leaves empty; a field set in both raises :class:`ConfigError` naming it.
+    ``connections`` looks a connection up by id (None: :func:`env_connection`); a connection it
+    does not find raises :class:`ConfigError` naming it.
+    """
+    lookup = connections or env_connection
+    out = dict(raw)
+    for section_name in ("kafka", "catalog"):
+        section = out.get(section_name)
+        if not isinstance(section, dict) or not section.get("connection"):
+            continue
+        conn_id = str(section["connection"])
+        conn = lookup(conn_id)
+        if conn is None:
+            raise ConfigError(f"key '{section_name}.connection': connection {conn_id!r} is not defined (neither "
+                              f"{CONNECTION_ENV_PREFIX}{conn_id.upper()} nor {AIRFLOW_CONN_PREFIX}{conn_id.upper()} "
+                              "is set, nor is it in Airflow)")
+        section = out[section_name] = dict(section)
+        if section_name == "kafka":
+            _fill(section, "bootstrap_servers", conn.get("host"), "kafka.bootstrap_servers", conn_id)
+            client = section["client"] = dict(section.get("client") or {})
+            settings = dict(conn.get("extra") or {})
+            for key, field in (("sasl.username", "login"), ("sasl.password", "password")):
+                if not _empty(conn.get(field)):
+                    if not _empty(settings.get(key)):
+                        raise ConfigError(f"connection {conn_id!r}: {key} is given as its {field} and in its extra; "
+                                          "give it once")
+                    settings[key] = conn[field]
+            for key, value in settings.items():
+                _fill(client, key, value, f"kafka.client.{key}", conn_id)
+        else:
+            _fill(section, "user", conn.get("login"), "catalog.user", conn_id)
+            _fill(section, "password", conn.get("password"), "catalog.password", conn_id)
+            if _empty(section.get("uri")) and conn.get("host"):
+                schema = conn.get("schema") or ""
+                section["uri"] = f"jdbc:postgresql://{conn['host']}:{conn.get('port') or 5432}/{schema}"
+    return out
+
+
+def connection_ids(cfg: "PipelineConfig") -> list[str]:
+    """The connection ids a pipeline names (``kafka.connection``, ``catalog.connection``)."""
+    return list(dict.fromkeys(c for c in (cfg.kafka.connection, cfg.catalog.connection) if c))
+
+
+def load_pipeline(path: str | os.PathLike, *, connections: Optional[Connections] = None,
+                  resolve: bool = True) -> PipelineConfig:
     """Load, expand and validate one pipeline file.
 
+    ``resolve``: fill in the connections the file names (:func:`apply_connections`, looked up
+    by ``connections``, default the environment); False leaves them unresolved (DAG parsing,
+    which needs no secrets: ``bootstrap_servers`` or ``uri`` may then be None).
     Raises :class:`ConfigError` naming the file and the first bad key.
     """
     p = Path(path)
@@ -316,6 +502,8 @@ def load_pipeline(path: str | os.PathLike) -> PipelineConfig:
     raw.setdefault("name", p.stem)
     try:
         expanded = _expand(raw, "", _stack_env())
+        if resolve:
+            expanded = apply_connections(expanded, connections)
         cfg = PipelineConfig.model_validate({**expanded, "path": str(p.resolve())})
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
@@ -324,10 +512,16 @@ def load_pipeline(path: str | os.PathLike) -> PipelineConfig:
         key = ".".join(str(x) for x in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{p}: key '{key}': {msg}") from None
+    if resolve and not cfg.kafka.bootstrap_servers:
+        raise ConfigError(f"{p}: key 'kafka.bootstrap_servers': not set, and connection {cfg.kafka.connection!r} "
+                          "has no host")
+    if resolve and not cfg.catalog.uri:
+        raise ConfigError(f"{p}: key 'catalog.uri': not set, and connection {cfg.catalog.connection!r} has no host")
     return cfg
 
 
-def load_pipelines(directory: str | os.PathLike | None = None) -> list[PipelineConfig]:
-    """All pipelines in ``directory`` (default :func:`pipelines_dir`), sorted by file name."""
+def load_pipelines(directory: str | os.PathLike | None = None, *, resolve: bool = True) -> list[PipelineConfig]:
+    """All pipelines in ``directory`` (default :func:`pipelines_dir`), sorted by file name
+    (``resolve``: as :func:`load_pipeline`)."""
     d = Path(directory) if directory else pipelines_dir()
-    return [load_pipeline(f) for f in sorted(d.glob("*.y*ml"))]
+    return [load_pipeline(f, resolve=resolve) for f in sorted(d.glob("*.y*ml"))]
