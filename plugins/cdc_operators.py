@@ -2,7 +2,7 @@
 
 - :class:`GateOperator` runs a stage's Great Expectations suite (``cdclake.gates``) and fails
   the task with a readable summary, naming the failed expectations and the Data Docs page.
-- :class:`StageJobOperator` runs a stage job in ``jobs/`` with spark-submit; a job that exits
+- :class:`StageJobOperator` runs a stage job (or the maintenance job) in ``jobs/`` with spark-submit; a job that exits
   with the bad-input code fails its task at once, without retries; :func:`stage_job` builds it
   from the pipeline's settings.
 - :func:`failure_callback` resolves the pipeline's ``airflow.on_failure_callback``.
@@ -169,11 +169,17 @@ def failure_callback(cfg) -> Optional[Callable]:
     return getattr(importlib.import_module(module), name)
 
 
-def stage_job(stage: str, cfg, **kwargs) -> StageJobOperator:
+def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperator:
     """The :class:`StageJobOperator` running ``jobs/<stage>.py`` over the run's window, with the
-    pipeline's ``airflow.execution_timeout_s``, ``airflow.pool`` and connections."""
+    pipeline's ``airflow.execution_timeout_s.<stage>``, ``airflow.pool`` and connections. ``window``
+    false: a job without a window (``maintenance``), given ``--pipeline`` only."""
     from cdclake.catalog import spark_jars
     from cdclake.config import connection_ids
+
+    args = ["--pipeline", cfg.path]
+    if window:
+        args += ["--start", "{{ %s['start'] }}" % WINDOW, "--end", "{{ %s['end'] }}" % WINDOW,
+                 "--topics", "{{ %s['topics'] }}" % WINDOW]
 
     if cfg.airflow.pool:
         kwargs.setdefault("pool", cfg.airflow.pool)
@@ -188,8 +194,7 @@ def stage_job(stage: str, cfg, **kwargs) -> StageJobOperator:
         driver_memory=cfg.spark.driver_memory,
         executor_memory=cfg.spark.executor_memory,
         executor_cores=cfg.spark.executor_cores,
-        application_args=["--pipeline", cfg.path, "--start", "{{ %s['start'] }}" % WINDOW,
-                          "--end", "{{ %s['end'] }}" % WINDOW, "--topics", "{{ %s['topics'] }}" % WINDOW],
+        application_args=args,
         env_vars={"PYTHONPATH": os.pathsep.join(filter(None, [str(JOBS), os.environ.get("PYTHONPATH")])),
                   "PYSPARK_PYTHON": sys.executable, "TZ": "UTC", "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
                   **({"CDC_STATE_DIR": os.environ["CDC_STATE_DIR"]} if "CDC_STATE_DIR" in os.environ else {})},

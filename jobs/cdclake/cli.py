@@ -1,4 +1,5 @@
-"""Shared command line of the stage jobs: ``--pipeline FILE --start ISO --end ISO [--topics a,b]``.
+"""Shared command line of the stage jobs: ``--pipeline FILE --start ISO --end ISO [--topics a,b]``
+(the maintenance job: ``--pipeline FILE``).
 
 Exit codes (:func:`cdclake.errors.exit_code`): 0 done; 2 bad input (config, window, catalog
 directory); 1 the stage failed (broker unreachable, landed records gone from Kafka, tables not
@@ -17,7 +18,7 @@ import logging
 import re
 import sys
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from cdclake.catalog import describe
 from cdclake.config import PipelineConfig, load_pipeline
@@ -27,7 +28,15 @@ from cdclake.window import Window, make_window
 log = logging.getLogger("cdclake")
 
 
+#: Jobs that run over a pipeline's tables, not over an hour window: ``--pipeline FILE`` only.
+WINDOWLESS = ("maintenance",)
+
+
 def parse_args(stage: str, argv: list[str]) -> argparse.Namespace:
+    if stage in WINDOWLESS:
+        p = argparse.ArgumentParser(prog=f"{stage}.py", description=f"Run the {stage} job of a CDC pipeline.")
+        p.add_argument("--pipeline", required=True, help="pipeline YAML file")
+        return p.parse_args(argv)
     p = argparse.ArgumentParser(prog=f"{stage}.py", description=f"Run the {stage} stage of a CDC pipeline for an hour window.")
     p.add_argument("--pipeline", required=True, help="pipeline YAML file")
     p.add_argument("--start", required=True, help="window start, ISO-8601 hour (UTC), e.g. 2024-01-01T00:00:00Z")
@@ -42,13 +51,18 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def load(args: argparse.Namespace) -> tuple[PipelineConfig, Window]:
+def load(args: argparse.Namespace) -> tuple[PipelineConfig, Optional[Window]]:
+    """The pipeline and the window of the arguments (None for a job of :data:`WINDOWLESS`)."""
     cfg = load_pipeline(args.pipeline)
+    if not hasattr(args, "start"):
+        return cfg, None
     return cfg, make_window(args.start, args.end, args.topics, known_topics=cfg.topics())
 
 
-def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list[str] | None = None) -> int:
+def main(stage: str, run: Callable[[PipelineConfig, Optional[Window]], object], argv: list[str] | None = None) -> int:
     """Parse arguments, run ``run(cfg, window)``, map errors to a one-line message and exit code.
+
+    A job of :data:`WINDOWLESS` (``maintenance``) takes ``--pipeline`` only and gets ``window`` None.
 
     For a writing stage (:data:`cdclake.locks.WRITING_STAGES`) ``run`` runs inside the writer lock
     of the window's topics; a busy or lost lock exits 1 with ``error: <the lock's message>``.
@@ -61,7 +75,8 @@ def main(stage: str, run: Callable[[PipelineConfig, Window], object], argv: list
     try:
         cfg, window = load(args)
         check_catalog(cfg.catalog)
-        log.info("%s: pipeline %s, window %s, topics %s", stage, cfg.name, window, list(window.topics or cfg.topics()))
+        log.info("%s: pipeline %s, window %s, topics %s", stage, cfg.name, window if window is not None else "-",
+                 list((window.topics if window is not None else None) or cfg.topics()))
         if stage in WRITING_STAGES:
             with writer_lock(cfg, stage, window):
                 result = run(cfg, window)
@@ -133,5 +148,23 @@ def spark_stage(stage: str, fn: Callable) -> Callable[[PipelineConfig, Window], 
             return run_stage(spark, stage, fn, cfg, window)
         finally:
             spark.stop()
+
+    return run
+
+
+def maintenance_job() -> Callable[[PipelineConfig, Optional[Window]], object]:
+    """The run of ``jobs/maintenance.py``: :func:`cdclake.maintenance.maintain` of the pipeline in
+    its own Spark session (no window, no run metrics); returns the steps' dicts."""
+
+    def run(cfg: PipelineConfig, window: Optional[Window] = None):
+        from cdclake.catalog import spark_session
+        from cdclake.maintenance import maintain
+
+        spark = spark_session(cfg, app_name=f"cdc-{cfg.name}-maintenance")
+        try:
+            steps = maintain(spark, cfg)
+        finally:
+            spark.stop()
+        return f"{len(steps)} step(s)"
 
     return run

@@ -245,12 +245,14 @@ class SparkConfig(_Model):
 
 class StageTimeouts(_Model):
     """``airflow.execution_timeout_s``: seconds a task of each kind may run before Airflow stops
-    it (and retries it, for a stage job: ``airflow.retries``)."""
+    it (and retries it, for a stage job: ``airflow.retries``); ``maintenance``: the maintenance
+    job (default 6 hours)."""
 
     land: int = Field(3600, ge=1)
     normalize: int = Field(3600, ge=1)
     silver: int = Field(3600, ge=1)
     gate: int = Field(1800, ge=1)
+    maintenance: int = Field(6 * 3600, ge=1)
 
 
 class AirflowConfig(_Model):
@@ -275,6 +277,41 @@ class AirflowConfig(_Model):
     on_failure_callback: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+class MaintenanceConfig(_Model):
+    """Daily table maintenance (:func:`cdclake.maintenance.maintain`, DAG ``cdc_<name>_maintenance``).
+
+    ``schedule``: the maintenance DAG's schedule (a cron expression or preset, default ``@daily``;
+    None: only when triggered).
+    ``snapshot_retention_hours``: snapshots older than this many hours are expired (Iceberg
+    ``expire_snapshots``), which deletes the files only they referenced; time travel reaches back
+    this far (default 72).
+    ``retain_last_snapshots``: the number of latest snapshots of each table kept whatever their
+    age (default 5).
+    ``orphan_file_age_hours``: files no snapshot references and last modified more than this many
+    hours ago are deleted (Iceberg ``remove_orphan_files``); at least 24, so that the files of a
+    write still in flight outside the writer lock are never taken for orphans (default 72).
+    ``raw_retention_hours``: landed hours of ``raw.kafka_records`` older than this many hours are
+    deleted for the pipeline's topics (None, the default: kept forever). A window whose raw hours
+    are gone can no longer be normalized again (land reads them again from Kafka while Kafka keeps
+    them).
+    ``bronze_retention_hours``: the same for ``bronze.changes``, ``bronze.quarantine`` and
+    ``bronze.control_events`` (None, the default: kept forever). With
+    ``silver.complete_transactions`` it must exceed the longest a transaction stays incomplete: the
+    silver stage reads a transaction's changes from every landed hour. Silver, history and
+    tombstone tables are never subject to retention.
+    ``rewrite_data_files``: compact small data files (and apply position deletes) with Iceberg
+    ``rewrite_data_files`` on the silver, history, tombstone and bronze tables (default true).
+    """
+
+    schedule: Optional[str] = "@daily"
+    snapshot_retention_hours: int = Field(72, ge=1)
+    retain_last_snapshots: int = Field(5, ge=1)
+    orphan_file_age_hours: int = Field(72, ge=24)
+    raw_retention_hours: Optional[int] = Field(None, ge=1)
+    bronze_retention_hours: Optional[int] = Field(None, ge=1)
+    rewrite_data_files: bool = True
+
+
 class PipelineConfig(_Model):
     """One pipeline file. ``name`` defaults to the file stem."""
 
@@ -289,6 +326,7 @@ class PipelineConfig(_Model):
     gates: GatesConfig = Field(default_factory=GatesConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     path: Optional[str] = None
 
     @field_validator("sources")
