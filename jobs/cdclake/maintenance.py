@@ -20,11 +20,10 @@ files with every MERGE, and every table gains a snapshot per run; it runs, in or
 5. ``remove_orphan_files`` (:func:`remove_orphan_files`'s procedure) on the same tables, for files
    older than ``orphan_file_age_hours`` (at least 24).
 
-Orphan files: a write killed before its commit (an
-out-of-memory kill, a lost node, SIGKILL at a :mod:`cdclake.faults` point) leaves the data and
-manifest files it had written in the table's directory, referenced by no snapshot. Its rerun writes
-the data again, so the table is right, but the files stay: :func:`remove_orphan_files` deletes them
-with Iceberg's own orphan-file removal.
+Orphan files: a write killed before its commit (an out-of-memory kill, a lost node, SIGKILL at a
+:mod:`cdclake.faults` point) leaves the data and manifest files it had written in the table's
+directory, referenced by no snapshot. Its rerun writes the data again, so the table is right, but
+the files stay: :func:`remove_orphan_files` deletes them with Iceberg's own orphan-file removal.
 
 It must only run when no write is in flight on those tables: a running write's files are not
 referenced by any snapshot yet and look exactly like orphans until it commits. Two guards:
