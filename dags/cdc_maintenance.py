@@ -17,7 +17,7 @@ from cdc_operators import failure_callback, stage_job
 
 from cdclake.config import load_pipelines
 
-for cfg in load_pipelines():
+for cfg in load_pipelines(resolve=False):  # no secrets at parse time: the tasks resolve connections
     with DAG(
         dag_id=f"{cfg.dag_id}_maintenance",
         description=f"Table maintenance of CDC pipeline {cfg.name}: compaction, snapshot expiry, orphan files, retention",
