@@ -50,8 +50,12 @@ def _stride(n: int) -> int:
     return s
 
 
-def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows: int) -> str:
-    """Write the change batch (bronze rows, see module docstring) to :data:`BATCH_TABLE`; return its name."""
+def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows: int, hour: int = 0) -> str:
+    """Write the change batch (bronze rows, see module docstring) to :data:`BATCH_TABLE`; return its name.
+
+    ``hour`` > 0 gives the batch of a later hour: binlog file ``8 + hour`` and source times an hour
+    later each (newer than every earlier batch), and other keys (the index shifted by
+    ``hour * batch`` before the stride)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import _parse_datatype_string
 
@@ -63,10 +67,10 @@ def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows:
     n_upd, n_del = int(batch * 0.7), int(batch * 0.1)
     stride = _stride(min_rows)
     i = F.col("id")
-    existing = (F.lit(1) + (i * F.lit(stride)) % F.lit(min_rows)).cast("bigint")
+    existing = (F.lit(1) + ((i + F.lit(hour * batch)) * F.lit(stride)) % F.lit(min_rows)).cast("bigint")
     key = F.when(i < n_upd + n_del, existing).otherwise(F.lit(max_rows) + i - F.lit(n_upd + n_del) + F.lit(1))
     op = F.when(i < n_upd, "update").when(i < n_upd + n_del, "delete").otherwise("insert")
-    ts = F.lit(BASE_MS + 3_600_000) + i * F.lit(30)
+    ts = F.lit(BASE_MS + 3_600_000 * (1 + hour)) + i * F.lit(30)
 
     def image(k, version: int):
         status = F.element_at(F.array(*[F.lit(s) for s in ("pending", "paid", "shipped", "delivered")]),
@@ -88,12 +92,12 @@ def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows:
         "source_format": F.lit("debezium-json"), "source_database": F.lit("shop"), "source_schema": F.lit(None),
         "source_table": F.lit("orders"), "op": op, "before": before, "after": after,
         "primary_key": F.array(F.lit("id")), "column_types": types,
-        "source_position": F.array(F.lit(8), F.lit(194) + i * F.lit(211), F.lit(0)), "source_ts_ms": ts,
+        "source_position": F.array(F.lit(8 + hour), F.lit(194) + i * F.lit(211), F.lit(0)), "source_ts_ms": ts,
         # every change its own complete transaction
-        "tx_id": F.concat(F.lit("bench:"), i.cast("string")), "tx_seq": F.lit(1), "tx_last": F.lit(True),
+        "tx_id": F.concat(F.lit(f"bench:{hour}:"), i.cast("string")), "tx_seq": F.lit(1), "tx_last": F.lit(True),
         "tx_size": F.lit(1), "row_in_record": F.lit(0),
         "kafka_topic": F.lit("bench.merge"), "kafka_partition": i % 3, "kafka_offset": i / 3,
-        "kafka_timestamp_ms": ts + F.lit(500), "landed_hour": F.timestamp_millis(F.lit(BASE_MS + 3_600_000)),
+        "kafka_timestamp_ms": ts + F.lit(500), "landed_hour": F.timestamp_millis(F.lit(BASE_MS + 3_600_000 * (1 + hour))),
     }
     # by name from the bronze schema of the library; a column this harness does not know is null
     fields = _parse_datatype_string(BRONZE_SCHEMA).fields
@@ -194,3 +198,76 @@ def merge_scaling(spark: "SparkSession", cfg, sampler: RssSampler, sizes: list[i
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
     spark.sql(f"DROP TABLE IF EXISTS {cfg.catalog.name}.{BATCH_TABLE} PURGE")
     return results
+
+
+def _read_all(spark, name: str) -> None:
+    """A full read of every column of ``name`` (its deletes applied), written nowhere."""
+    spark.table(name).write.format("noop").mode("overwrite").save()
+
+
+def maintenance_effect(spark: "SparkSession", cfg, sampler: RssSampler, rows: int = 1_000_000, hours: int = 48,
+                       batch: int = 20_000) -> dict:
+    """A merge-on-read silver table of ``rows`` rows after ``hours`` hourly merges of ``batch``
+    changes (:func:`write_batch` of each hour, :func:`cdclake.silver.apply_table`), then: a full
+    read and the next hour's MERGE; Iceberg's maintenance of the table as
+    :func:`cdclake.maintenance.maintain` runs it (``rewrite_data_files`` with
+    :data:`cdclake.maintenance.REWRITE_DATA_OPTIONS`, ``rewrite_position_delete_files``,
+    ``expire_snapshots`` keeping the last snapshot); the same read and the MERGE of the hour
+    after. Returns the seconds of each, the table's data and delete files and snapshots before
+    and after, and its rows before and after maintenance (``rows_before_maintenance``,
+    ``rows_after``: equal)."""
+    import datetime as dt
+
+    from cdclake.maintenance import REWRITE_DATA_OPTIONS
+    from cdclake.silver import SourceTable, apply_table, tombstone_table
+
+    st = SourceTable(prefix="maint_", database="shop", schema=None, table="orders")
+    mcfg = _mode_cfg(cfg, "merge-on-read")
+    ident = f"{NAMESPACE}.{st.silver_name}"
+    cat = cfg.catalog.name
+
+    def shape(name: str) -> dict:
+        files = spark.sql(f"SELECT content, count(*) AS n FROM {name}.all_files GROUP BY content").collect()
+        live = spark.sql(f"SELECT content, count(*) AS n FROM {name}.files GROUP BY content").collect()
+        return {"data_files": sum(r["n"] for r in live if r["content"] == 0),
+                "delete_files": sum(r["n"] for r in live if r["content"] != 0),
+                "files_in_all_snapshots": sum(r["n"] for r in files),
+                "snapshots": spark.sql(f"SELECT count(*) AS n FROM {name}.snapshots").first()["n"]}
+
+    def merge(hour: int) -> float:
+        src = write_batch(spark, cfg, batch, rows, rows, hour=hour)
+        with sampler.span(f"maintenance/merge/{hour}") as s:
+            apply_table(spark, mcfg, st, spark.table(src))
+        return s.wall_s
+
+    log.info("maintenance effect: a %d-row merge-on-read table, %d hourly merges of %d changes", rows, hours, batch)
+    name = build_base(spark, cfg, st, rows, mcfg)
+    spark.sql(f"DROP TABLE IF EXISTS {tombstone_table(mcfg, st)} PURGE")
+    merges = [merge(h) for h in range(hours)]
+    out: dict = {"rows": rows, "hours": hours, "batch": batch, "hourly_merge_s": [round(x, 2) for x in merges]}
+    for phase, hour in (("before", hours), ("after", hours + 1)):
+        if phase == "after":
+            out["rows_before_maintenance"] = spark.table(name).count()
+            options = ", ".join(f"'{k}', '{v}'" for k, v in REWRITE_DATA_OPTIONS.items())
+            with sampler.span("maintenance/procedures") as m:
+                spark.sql(f"CALL {cat}.system.rewrite_data_files(table => '{ident}', options => map({options}))").collect()
+                spark.sql(f"CALL {cat}.system.rewrite_position_delete_files(table => '{ident}')").collect()
+                now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+                spark.sql(f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
+                          f"older_than => TIMESTAMP '{now}', retain_last => 1)").collect()
+            out["maintenance_s"] = round(m.wall_s, 2)
+        release_memory(spark)
+        out[f"table_{phase}"] = shape(name)
+        out[f"rows_{phase}"] = spark.table(name).count()
+        with sampler.span(f"maintenance/read/{phase}") as r:
+            _read_all(spark, name)
+        out[f"full_read_{phase}_s"] = round(r.wall_s, 2)
+        release_memory(spark)
+        out[f"next_merge_{phase}_s"] = round(merge(hour), 2)
+    spark.sql(f"DROP TABLE IF EXISTS {tombstone_table(mcfg, st)} PURGE")
+    spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+    spark.sql(f"DROP TABLE IF EXISTS {cfg.catalog.name}.{BATCH_TABLE} PURGE")
+    log.info("maintenance effect: full read %.1f s -> %.1f s, next MERGE %.1f s -> %.1f s, delete files %d -> %d",
+             out["full_read_before_s"], out["full_read_after_s"], out["next_merge_before_s"], out["next_merge_after_s"],
+             out["table_before"]["delete_files"], out["table_after"]["delete_files"])
+    return out

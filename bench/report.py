@@ -174,6 +174,12 @@ def table(results: dict) -> str:
             lines.append(f"{'from_json':8} {name:16} {v['wall_s']:>8.1f} {v['events_per_s'] or 0:>10,} {v['peak_rss_mb']:>13,}")
     for m in results.get("merge") or []:
         lines.append(f"merge {m['rows']:>10,} rows {m['write_mode']:14} {m['wall_s']:>7.1f} s  peak RSS {m['peak_rss_mb']:,} MiB")
+    mt = results.get("maintenance")
+    if mt:
+        lines.append(f"maintenance, {mt['rows']:,} rows after {mt['hours']} hourly merges: full read "
+                     f"{mt['full_read_before_s']:.1f} -> {mt['full_read_after_s']:.1f} s, next MERGE "
+                     f"{mt['next_merge_before_s']:.1f} -> {mt['next_merge_after_s']:.1f} s, delete files "
+                     f"{mt['table_before']['delete_files']} -> {mt['table_after']['delete_files']}")
     return "\n".join(lines)
 
 

@@ -53,6 +53,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--warmup-events", type=int, default=5_000,
                    help="row changes of the warm-up hour run through every format first (0: no warm-up)")
     p.add_argument("--merge-sizes", default="1000000,10000000", help="silver table sizes for merge scaling ('' to skip)")
+    p.add_argument("--maintenance-rows", type=int, default=1_000_000,
+                   help="rows of the table that 48 hourly merges then maintenance are measured on (0 to skip)")
     p.add_argument("--merge-batch", type=int, default=100_000, help="changes in the merge-scaling batch")
     p.add_argument("--driver-memory", default="3g", help="spark.driver.memory (local[2]: the JVM that runs the tasks)")
     p.add_argument("--master", default="local[2]")
@@ -96,7 +98,8 @@ def child_run(args: argparse.Namespace, date: str, events: int, formats: list[st
     peers or ``from_json``; return its results (``bench/results/<date>.json``), or ``{"error": ...}``.
     ``cpus``: the child and everything it starts run on the first ``cpus`` CPUs only."""
     cmd = [sys.executable, "-m", "bench.run", "--events", str(events), "--formats", ",".join(formats),
-           "--master", master, "--driver-memory", args.driver_memory, "--merge-sizes", "", "--peers", "",
+           "--master", master, "--driver-memory", args.driver_memory, "--merge-sizes", "", "--maintenance-rows", "0",
+           "--peers", "",
            "--no-from-json", "--warmup-events", str(args.warmup_events), "--seed", str(args.seed),
            "--gen-jobs", str(args.gen_jobs), "--out", args.out, "--date", date] + (["--no-gates"] if args.no_gates else [])
     log.info("second run: %s", " ".join(cmd[1:]))
@@ -396,7 +399,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "machine": report.machine(),
         "config": {"events": args.events, "formats": args.formats, "seed": args.seed, "master": args.master,
                    "driver_memory": args.driver_memory, "warmup_events": args.warmup_events,
-                   "merge_sizes": args.merge_sizes, "merge_batch": args.merge_batch, "gates": not args.no_gates,
+                   "merge_sizes": args.merge_sizes, "merge_batch": args.merge_batch, "maintenance_rows": args.maintenance_rows, "gates": not args.no_gates,
                    "rss_interval_s": args.rss_interval, "state_dir": str(state),
                    "measured_hour": MEASURED_START.isoformat(), "warmup_hour": WARM_START.isoformat()},
         "formats": {}, "peers": [], "errors": [],
@@ -509,6 +512,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             from bench.merge import merge_scaling
 
             results["merge"] = merge_scaling(spark, cfg, sampler, args.merge_sizes, args.merge_batch)
+
+        # -- table maintenance: reads and merges after 48 hourly merges, before and after ------
+        if args.maintenance_rows:
+            from bench.merge import maintenance_effect
+
+            results["maintenance"] = maintenance_effect(spark, cfg, sampler, args.maintenance_rows)
     except Exception as exc:
         results["errors"].append(f"{type(exc).__name__}: {exc}")
         log.error("benchmark failed\n%s", traceback.format_exc())
