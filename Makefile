@@ -20,13 +20,15 @@ export SPARK_LOCAL_IP := 127.0.0.1
 all: test
 
 # System packages: Java 17 for Spark, the JDBC drivers of the Iceberg catalog (SQLite for the
-# embedded one, PostgreSQL for production's, tested by tests/test_postgres_catalog.py).
+# embedded one, PostgreSQL for production's, tested by tests/test_postgres_catalog.py), Chromium
+# for the Airflow UI test (tests/test_airflow_ui.py drives it with Playwright).
 deps:
-	@command -v java >/dev/null && test -f /usr/share/java/sqlite-jdbc.jar && test -f /usr/share/java/postgresql.jar || { \
-	  echo "installing Java and the SQLite and PostgreSQL JDBC drivers (apt)"; \
+	@command -v java >/dev/null && test -f /usr/share/java/sqlite-jdbc.jar && test -f /usr/share/java/postgresql.jar \
+	  && test -x /usr/bin/chromium || { \
+	  echo "installing Java, the SQLite and PostgreSQL JDBC drivers and Chromium (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless libxerial-sqlite-jdbc-java \
-	    libpostgresql-jdbc-java >/dev/null; }
+	    libpostgresql-jdbc-java chromium >/dev/null; }
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
