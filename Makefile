@@ -1,6 +1,7 @@
 # Batch CDC lakehouse pipeline: Kafka -> raw -> bronze -> Iceberg silver, on Airflow and Spark.
 #   make demo   - fresh machine to a finished demo run (venv, broker, catalog, Airflow DAG run, checks)
 #   make test   - the test suite (real broker, real Iceberg catalog, real Spark, real Airflow)
+#   make test-extended - the slow end-to-end tests (Airflow UI in Chromium, REST backfills)
 #   make imports - the layer contract alone (.importlinter; also the first step of make test)
 #   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
 #   make bench-profile - the parsers alone with a cProfile listing (PROFILE_ARGS="--events 50000")
@@ -15,7 +16,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo test imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock clean
+.PHONY: all deps venv demo test test-extended imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock clean
 
 all: test
 
@@ -48,7 +49,11 @@ demo: venv
 	$(PY) -m cdclake.demo
 
 test: venv imports
-	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended"
+
+# The slow end-to-end tests (the Airflow UI in Chromium, REST backfills): marker "extended".
+test-extended: venv
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m extended
 
 # The layer contract of .importlinter: every import runs downward, none in a circle.
 imports: venv

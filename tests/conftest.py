@@ -152,3 +152,7 @@ def json_lines(path: Path) -> list[str]:
             continue
         out.append(line)
     return out
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "extended: slow end-to-end tests run by make test-extended, not make test")

@@ -12,6 +12,9 @@ processor) over a pipeline of simulated Debezium JSON traffic:
 
 The pipeline's schedule fires hourly on 1 January only: the hours of the backfill are there, and
 no scheduled run starts while the module runs.
+
+Four full DAG runs take minutes on 2 cores, so this module runs in ``make test-extended``
+(marker ``extended``), not in ``make test``.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from conftest import REPO, STATE, write_pipeline
 from pipeline import hour, ms
 
 from cdclake.sim import TABLES, SimulatedSource, create_topic, produce
+
+pytestmark = pytest.mark.extended
 from cdclake.sim.compare import compare_table
 from cdclake.sim.render import state_before
 from cdclake.sim.wire import WIRE_FORMATS
