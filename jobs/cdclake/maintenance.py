@@ -235,6 +235,13 @@ def _retention(spark: "SparkSession", cfg: PipelineConfig, parts: tuple[str, str
     return {"cutoff": cutoff.isoformat(), "rows_deleted": int(n)}
 
 
+def _topics_filter(cfg: PipelineConfig) -> str:
+    """``'kafka_topic IN (...)'`` of ``cfg``'s topics as a SQL string literal (a procedure's ``where``)."""
+    from cdclake.types import sql_string
+
+    return sql_string(f"kafka_topic IN ({', '.join(sql_string(t) for t in cfg.topics())})")
+
+
 def maintain(spark: "SparkSession", cfg: PipelineConfig, now: Optional[dt.datetime] = None) -> list[dict]:
     """Run the daily maintenance of ``cfg``'s tables (the module docstring lists the steps) and
     return one dict per step, in the order run.
@@ -245,7 +252,8 @@ def maintain(spark: "SparkSession", cfg: PipelineConfig, now: Optional[dt.dateti
 
     - ``delete`` (retention): ``cutoff`` (ISO-8601 hour: rows with ``landed_hour`` before it were
       deleted, for ``cfg``'s topics only), ``rows_deleted``;
-    - ``rewrite_data_files``: Iceberg's output, ``rewritten_data_files_count``,
+    - ``rewrite_data_files`` (of the bronze hour tables, only the partitions of ``cfg``'s
+      topics): Iceberg's output, ``rewritten_data_files_count``,
       ``added_data_files_count``, ``rewritten_bytes_count``, ``failed_data_files_count``,
       ``removed_delete_files_count``;
     - ``rewrite_position_delete_files``: ``rewritten_delete_files_count``,
@@ -291,9 +299,13 @@ def maintain(spark: "SparkSession", cfg: PipelineConfig, now: Optional[dt.dateti
                     _step(out, parts, "delete", lambda: _retention(spark, cfg, parts, cutoff))
         if m.rewrite_data_files:
             options = ", ".join(f"'{k}', '{v}'" for k, v in REWRITE_DATA_OPTIONS.items())
+            mine = _topics_filter(cfg)
             for parts in tables["silver"] + tables["history"] + tables["tombstones"] + tables["bronze"]:
+                # the bronze hour tables are shared by every pipeline of the catalog: only this
+                # pipeline's topics' partitions are compacted (Iceberg's `where`)
+                where = f", where => {mine}" if ".".join(parts) in BRONZE_RETENTION_TABLES else ""
                 _step(out, parts, "rewrite_data_files",
-                      lambda: _call(spark, cfg, "rewrite_data_files", parts, f"options => map({options})"))
+                      lambda: _call(spark, cfg, "rewrite_data_files", parts, f"options => map({options}){where}"))
         for parts in mor:
             _step(out, parts, "rewrite_position_delete_files",
                   lambda: _call(spark, cfg, "rewrite_position_delete_files", parts))
