@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import DAG
-from cdc_operators import failure_callback, stage_job
+from cdc_operators import default_args, stage_job
 
 from cdclake.config import load_pipelines
 
@@ -25,8 +25,7 @@ for cfg in load_pipelines(resolve=False):  # no secrets at parse time: the tasks
         start_date=dt.datetime.fromisoformat(cfg.airflow.start_date),
         catchup=False,
         max_active_runs=1,
-        default_args={"retries": cfg.airflow.retries, "retry_delay": dt.timedelta(seconds=cfg.airflow.retry_delay_s),
-                      **({"on_failure_callback": failure_callback(cfg)} if cfg.airflow.on_failure_callback else {})},
+        default_args=default_args(cfg),
         tags=["cdc", cfg.name, "maintenance"],
         doc_md=__doc__,
     ) as dag:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
-from cdc_operators import failure_callback, gate, stage_job
+from cdc_operators import default_args, gate, stage_job
 
 from cdclake.config import load_pipelines
 from cdclake.window import resolve_run_window
@@ -61,8 +61,7 @@ for cfg in load_pipelines(resolve=False):  # no secrets at parse time: the tasks
         start_date=dt.datetime.fromisoformat(cfg.airflow.start_date),
         catchup=False,
         max_active_runs=1,
-        default_args={"retries": cfg.airflow.retries, "retry_delay": dt.timedelta(seconds=cfg.airflow.retry_delay_s),
-                      **({"on_failure_callback": failure_callback(cfg)} if cfg.airflow.on_failure_callback else {})},
+        default_args=default_args(cfg),
         params=params(cfg.topics()),
         tags=["cdc", cfg.name],
         doc_md=__doc__,

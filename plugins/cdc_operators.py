@@ -169,6 +169,13 @@ def failure_callback(cfg) -> Optional[Callable]:
     return getattr(importlib.import_module(module), name)
 
 
+def default_args(cfg) -> dict:
+    """The ``default_args`` of a pipeline's DAGs: ``airflow.retries``, ``retry_delay_s`` and
+    ``on_failure_callback`` (:func:`failure_callback`)."""
+    return {"retries": cfg.airflow.retries, "retry_delay": dt.timedelta(seconds=cfg.airflow.retry_delay_s),
+            **({"on_failure_callback": failure_callback(cfg)} if cfg.airflow.on_failure_callback else {})}
+
+
 def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperator:
     """The :class:`StageJobOperator` running ``jobs/<stage>.py`` over the run's window, with the
     pipeline's ``airflow.execution_timeout_s.<stage>``, ``airflow.pool`` and connections. ``window``
