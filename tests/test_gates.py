@@ -1,12 +1,14 @@
 """A failing gate names what failed, writes Data Docs, and fails its Airflow task."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import STATE, produce, write_pipeline
 from pipeline import hour, ms, run_window
 
 from cdclake.config import load_pipeline
-from cdclake.gates import GateFailed, run_gate
+from cdclake.gates import GateFailed, docs_path, run_gate
 from cdclake.window import Window
 
 
@@ -30,8 +32,11 @@ def test_land_gate_fails_when_a_landed_record_is_missing(spark, landed):
         run_gate("land", cfg, Window(hour(0), hour(1)))
     text = str(err.value)
     assert "land gate failed" in text and "offsets: expect_column_pair_values_to_be_equal column_A=landed" in text
-    index = cfg.gates.docs_dir() / cfg.name / "land" / "index.html"
-    assert index.exists() and f"Data Docs: {index}" in text
+    report = docs_path(cfg, "land", Window(hour(0), hour(1))) / "gate.html"
+    assert (report.parent / "index.html").exists() and f"Data Docs: {report}" in text
+    page = report.read_text(encoding="utf-8")  # static: every expectation, the failed one first
+    assert "FAILED: 2 of 9 expectations" in page and page.index("FAILED</td>") < page.index("passed</td>"), page
+    assert "<script" not in page and "http" not in page
 
 
 def test_normalize_gate_fails_when_counts_do_not_balance(spark, landed):
@@ -57,10 +62,14 @@ def test_every_gate_run_writes_data_docs(spark, landed):
     """Passing gates write their Data Docs too (the fixture's run passed all three), named in the result."""
     _, path = landed
     cfg = load_pipeline(path)
+    window = Window(hour(0), hour(1))
     for stage in ("land", "normalize", "silver"):
-        index = cfg.gates.docs_dir() / cfg.name / stage / "index.html"
-        assert index.exists(), index
-        pages = list((index.parent / "validations").rglob("*.html"))  # results rendered into the page: no server needed
+        docs = docs_path(cfg, stage, window)
+        assert docs == cfg.gates.docs_dir() / cfg.name / stage / "2024-01-01T00_2024-01-01T01"
+        assert (docs / "index.html").exists() and "passed:" in (docs / "gate.html").read_text(encoding="utf-8")
+        pages = list((docs / "validations").rglob("*.html"))  # results rendered into the page: no server needed
         assert pages and all("Success" in p.read_text(encoding="utf-8") for p in pages), stage
-    result = run_gate("land", cfg, Window(hour(0), hour(1)))
-    assert result["data_docs"] == str(cfg.gates.docs_dir() / cfg.name / "land" / "index.html")
+        links = re.findall(r'href="(validations/[^"]+)"', (docs / "gate.html").read_text(encoding="utf-8"))
+        assert links and all((docs / link).exists() for link in links), links
+    result = run_gate("land", cfg, window)
+    assert result["data_docs"] == str(docs_path(cfg, "land", window) / "gate.html")

@@ -147,6 +147,7 @@ def airflow_env(state: Optional[Path] = None) -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://127.0.0.1:8080/execution/",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "TQDM_DISABLE": "1",  # no progress bars of the gates' validations in task logs
         "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
         "PYTHONPATH": os.pathsep.join(filter(None, [jobs, os.environ.get("PYTHONPATH", "")])),
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -2,9 +2,13 @@
 
 A gate builds small pandas frames from the Iceberg tables (read with pyiceberg, no Spark
 session needed) and validates them with the suite kept as data in ``expectations/<stage>.json``.
-A failing gate raises :class:`GateFailed` with a readable summary naming its Data Docs page;
-every gate run, pass or fail, writes Data Docs HTML to ``gates.data_docs_dir`` (default
-``$CDC_STATE_DIR/data_docs``), under ``<pipeline>/<stage>``.
+A failing gate raises :class:`GateFailed` with a readable summary naming its report page;
+every gate run, pass or fail, writes to ``gates.data_docs_dir`` (default
+``$CDC_STATE_DIR/data_docs``), under ``<pipeline>/<stage>/<window>`` (:func:`docs_path`; the latest
+run of each window, so a failed window's pages stay after later windows pass): ``gate.html``, a
+static page of every expectation's result that reads the same offline (:func:`write_report`), and
+Great Expectations' Data Docs (``index.html``, whose list and styling load from CDNs, and one
+static page per validated frame under ``validations/``).
 
 Frames (one row each per the grain named):
 
@@ -229,11 +233,14 @@ def _expectations(spec: list[dict], pk: Optional[list[str]]):
             yield cls(**kwargs)
 
 
-def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: Optional[dict] = None) -> list[str]:
+def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: Optional[dict] = None,
+             outcomes: Optional[list] = None) -> list[str]:
     """Run ``stage``'s suite on ``frames``; return one line per failed expectation (empty: pass).
 
     Given ``docs_dir``, Data Docs HTML of the run (pass or fail) is written there: ``index.html``
-    and one page per validated frame, readable offline.
+    and one page per validated frame. Given ``outcomes``, one dict per expectation run is appended
+    to it: ``frame``, ``expectation`` (type), ``kwargs`` (text), ``success`` (bool), ``detail``
+    (the unexpected values or observed value, text; empty when it passed).
     """
     import os
 
@@ -264,11 +271,14 @@ def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: O
         vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"{stage}.{safe}_{i}", data=batch, suite=gsuite))
         res = vd.run(batch_parameters={"dataframe": df})
         for r in res.results:
+            cfg = r.expectation_config
+            detail = "" if r.success else str(r.result.get("partial_unexpected_list") or r.result.get("observed_value")
+                                              or r.exception_info)[:200]
+            if outcomes is not None:
+                outcomes.append({"frame": frame_name, "expectation": cfg.type, "kwargs": _kwargs_text(cfg.kwargs),
+                                 "success": bool(r.success), "detail": detail})
             if not r.success:
-                cfg = r.expectation_config
-                detail = r.result.get("partial_unexpected_list") or r.result.get("observed_value") or r.exception_info
-                failures.append(f"{frame_name}: {cfg.type} {_kwargs_text(cfg.kwargs)} failed "
-                                f"(unexpected: {str(detail)[:200]})")
+                failures.append(f"{frame_name}: {cfg.type} {_kwargs_text(cfg.kwargs)} failed (unexpected: {detail})")
     if docs_dir is not None:
         docs_dir.mkdir(parents=True, exist_ok=True)
         ctx.build_data_docs()
@@ -277,6 +287,45 @@ def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: O
 
 def _kwargs_text(kwargs: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in kwargs.items() if k not in ("batch_id", "result_format"))
+
+
+def docs_path(cfg: PipelineConfig, stage: str, window: Window) -> Path:
+    """Where a gate run of ``stage`` over ``window`` writes its pages:
+    ``<gates.data_docs_dir>/<pipeline>/<stage>/<start>_<end>`` (hours as ``YYYY-MM-DDTHH``, UTC)."""
+    tag = f"{window.start:%Y-%m-%dT%H}_{window.end:%Y-%m-%dT%H}"
+    return cfg.gates.docs_dir() / cfg.name / stage / tag
+
+
+def write_report(path: Path, title: str, outcomes: list[dict]) -> Path:
+    """Write ``path`` (HTML, no scripts, no styles from elsewhere: it reads the same offline): the
+    gate's verdict, then one table row per expectation of ``outcomes`` (see :func:`validate`),
+    failed ones first, with links to Great Expectations' page of each frame next to it."""
+    import html
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    failed = [o for o in outcomes if not o["success"]]
+    pages = {p.parent.parent.parent.name: p.relative_to(path.parent).as_posix()
+             for p in path.parent.glob("validations/*/*/*/*/*.html")}
+    rows = []
+    for o in failed + [o for o in outcomes if o["success"]]:
+        safe = re.sub(r"[^A-Za-z0-9_]+", "_", o["frame"])
+        link = next((href for name, href in pages.items() if name.rsplit("_", 1)[0] == safe), None)
+        frame = html.escape(o["frame"])
+        if link:
+            frame = '<a href="' + html.escape(link, quote=True) + '">' + frame + "</a>"
+        cells = ["FAILED" if not o["success"] else "passed", frame, html.escape(o["expectation"]),
+                 html.escape(o["kwargs"]), html.escape(o["detail"])]
+        rows.append(f"<tr class={'pass' if o['success'] else 'fail'}><td>" + "</td><td>".join(cells) + "</td></tr>")
+    verdict = f"FAILED: {len(failed)} of {len(outcomes)} expectations" if failed else f"passed: {len(outcomes)} expectations"
+    path.write_text(
+        "<!doctype html><html><head><meta charset=utf-8><title>" + html.escape(title) + "</title><style>"
+        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #bbb;"
+        "padding:.3em .6em;text-align:left;vertical-align:top}tr.fail td:first-child{color:#b00;font-weight:bold}"
+        "tr.pass td:first-child{color:#070}</style></head><body><h1>" + html.escape(title) + "</h1><p><b>"
+        + verdict + "</b></p><table><tr><th>result</th><th>frame</th><th>expectation</th><th>arguments</th>"
+        "<th>unexpected / observed</th></tr>" + "".join(rows) + "</table><p>Great Expectations' Data Docs: "
+        "<a href=index.html>index.html</a> (its list needs the network)</p></body></html>\n")
+    return path
 
 
 #: How long, in seconds, a gate retries building its frames after transient read errors.
@@ -310,8 +359,8 @@ def build_frames(stage: str, cfg: PipelineConfig, window: Window, wait_s: Option
 def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     """Build ``stage``'s frames for ``window`` and validate them.
 
-    Returns ``{"stage", "window", "frames": {name: rows}, "data_docs": path of index.html}``; the
-    Data Docs of every run, pass or fail, are in ``cfg.gates.docs_dir()/<pipeline>/<stage>``.
+    Returns ``{"stage", "window", "frames": {name: rows}, "data_docs": path of gate.html}``; every
+    run, pass or fail, writes ``gate.html`` and Great Expectations' Data Docs to :func:`docs_path`.
     Raises :class:`GateFailed` listing every failed expectation and the Data Docs page; a failed
     expectation is never retried, whereas reading the frames is, after transient errors
     (:func:`build_frames`; :class:`cdclake.catalog.CatalogLocked` when the catalog stays locked).
@@ -319,14 +368,16 @@ def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     if stage not in STAGES:
         raise ValueError(f"unknown gate {stage!r}; gates: {STAGES}")
     frames = build_frames(stage, cfg, window)
-    docs = cfg.gates.docs_dir() / cfg.name / stage
-    failures = validate(stage, frames, docs)
+    docs = docs_path(cfg, stage, window)
+    outcomes: list[dict] = []
+    failures = validate(stage, frames, docs, outcomes=outcomes)
+    report = write_report(docs / "gate.html", f"{stage} gate, pipeline {cfg.name}, {window}", outcomes)
     summary = {"stage": stage, "window": str(window),
                "frames": {k: len(v[0] if isinstance(v, tuple) else v) for k, v in frames.items()}}
     if failures:
         raise GateFailed(f"{stage} gate failed for pipeline {cfg.name} {window}: {len(failures)} expectation(s) failed:\n  "
-                         + "\n  ".join(failures) + f"\nData Docs: {docs / 'index.html'}")
+                         + "\n  ".join(failures) + f"\nData Docs: {report}")
     log.info("%s gate passed for %s %s: %s; Data Docs: %s", stage, cfg.name, iso(window.start), summary["frames"],
-             docs / "index.html")
-    summary["data_docs"] = str(docs / "index.html")
+             report)
+    summary["data_docs"] = str(report)
     return summary
