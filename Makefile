@@ -1,7 +1,7 @@
 # Batch CDC lakehouse pipeline: Kafka -> raw -> bronze -> Iceberg silver, on Airflow and Spark.
 #   make demo   - fresh machine to a finished demo run (venv, broker, catalog, Airflow DAG run, checks)
 #   make test   - the test suite (real broker, real Iceberg catalog, real Spark, real Airflow)
-#   make test-extended - the slow end-to-end tests (Airflow UI in Chromium, REST backfills)
+#   make test-extended - slow duplicates of coverage make test has elsewhere (marker "extended")
 #   make imports - the layer contract alone (.importlinter; also the first step of make test)
 #   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
 #   make bench-profile - the parsers alone with a cProfile listing (PROFILE_ARGS="--events 50000")
@@ -21,8 +21,8 @@ export SPARK_LOCAL_IP := 127.0.0.1
 all: test
 
 # System packages: Java 17 for Spark, the JDBC drivers of the Iceberg catalog (SQLite for the
-# embedded one, PostgreSQL for production's, tested by tests/test_postgres_catalog.py), Chromium
-# for the Airflow UI test (tests/test_airflow_ui.py drives it with Playwright).
+# embedded one, PostgreSQL for production's), Chromium for the Airflow UI: tests/test_production.py
+# runs the PostgreSQL catalog and drives the UI with Playwright.
 deps:
 	@command -v java >/dev/null && test -f /usr/share/java/sqlite-jdbc.jar && test -f /usr/share/java/postgresql.jar \
 	  && test -x /usr/bin/chromium || { \
@@ -51,7 +51,7 @@ demo: venv
 test: venv imports
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended"
 
-# The slow end-to-end tests (the Airflow UI in Chromium, REST backfills): marker "extended".
+# Slow duplicates of coverage make test has elsewhere (marker "extended"), e.g. the DAG under dag.test().
 test-extended: venv
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m extended
 
