@@ -13,7 +13,7 @@ Variants (:func:`variants`), each a parameter of every test here:
 
 - partitions: the format's own (:attr:`WireFormat.partitions`), one, three;
 - reversed delivery: three partitions, each partition's offsets reversed and read last first;
-- untyped: for the formats whose topics configure ``column_types`` (CDL, SharePlex, DTS), the
+- untyped: for the formats whose topics configure ``column_types`` (CDL, SharePlex, DTS, Maxwell), the
   same deliveries without them (keys still configured);
 - minimal logging (Qlik): updates carry only the changed columns.
 
@@ -43,13 +43,14 @@ HOURS = 2
 WIRE = {w.format: w for w in WIRE_FORMATS}
 #: The simulated shop's seed per format.
 SEEDS = {"debezium-json": 13, "canal-json": 17, "arcion-json": 29, "cdl-json": 23, "shareplex-json": 31,
-         "qlik-json": 11, "qlik-avro": 11, "dts-avro": 41}
+         "qlik-json": 11, "qlik-avro": 11, "dts-avro": 41, "maxwell-json": 43}
 #: The first part of the table names a format gives (default ``shop``, the MySQL database):
 #: CDL names the PostgreSQL schema (``SEG_OWNER``) and no database.
 NAMESPACE = {"cdl-json": "public"}
-#: Formats that send every value as text in the source's own notation (SharePlex: timestamps with
-#: a ``T`` and nine fraction digits): without configured types only the keys match the source.
-TEXT_AS_SENT = {"shareplex-json"}
+#: Formats that send values in the source's own notation (SharePlex: timestamps with
+#: a ``T`` and nine fraction digits; Maxwell: untyped timestamps as written): without configured
+#: types only the keys match the source.
+TEXT_AS_SENT = {"shareplex-json", "maxwell-json"}
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def check_types(fmt: str, typed: bool, change: ChangeRecord, declared: dict[str,
     elif fmt == "cdl-json":
         assert got == {c: "string" if t.startswith("decimal") else t for c, t in declared.items()}
     else:
-        assert fmt == "shareplex-json" and got == {}
+        assert fmt in ("shareplex-json", "maxwell-json") and got == {}
 
 
 @pytest.mark.parametrize("fmt, variant", cases())

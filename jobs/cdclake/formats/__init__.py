@@ -13,6 +13,7 @@ from cdclake.formats.canal import CanalJsonParser
 from cdclake.formats.cdl import CdlJsonParser
 from cdclake.formats.debezium import DebeziumJsonParser
 from cdclake.formats.dts import DtsAvroParser
+from cdclake.formats.maxwell import MaxwellJsonParser
 from cdclake.formats.qlik import QlikAvroParser, QlikJsonParser
 from cdclake.formats.shareplex import ShareplexJsonParser
 from cdclake.record import ParseError, RecordParser, SchemaAwareParser, parse_all
@@ -24,6 +25,7 @@ FORMATS: dict[str, type] = {
     "cdl-json": CdlJsonParser,
     "debezium-json": DebeziumJsonParser,
     "dts-avro": DtsAvroParser,
+    "maxwell-json": MaxwellJsonParser,
     "qlik-avro": QlikAvroParser,
     "qlik-json": QlikJsonParser,
     "shareplex-json": ShareplexJsonParser,

@@ -12,6 +12,7 @@ from cdclake.sim.render import Message, canal_json, debezium_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dts import dts_avro
+from cdclake.sim.render_maxwell import maxwell_json
 from cdclake.sim.render_qlik import qlik_avro, qlik_json
 from cdclake.sim.render_shareplex import shareplex_json
 
@@ -49,6 +50,9 @@ _DTS = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns
                                               if c.ctype.startswith("decimal") or (c.nullable and c.ctype != "string")}
                                      for t in TABLES.values()}}}
 
+#: Maxwell's JSON carries no column types: they are configured per table (its Kafka keys name the keys).
+_MAXWELL = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}}
+
 WIRE_FORMATS: list[WireFormat] = [
     WireFormat("debezium-json", "dbz", debezium_json, partitions=3),
     WireFormat("canal-json", "canal", canal_json, partitions=2),
@@ -58,4 +62,5 @@ WIRE_FORMATS: list[WireFormat] = [
     WireFormat("qlik-json", "qlikj", qlik_json, partitions=1),
     WireFormat("qlik-avro", "qlika", qlik_avro, partitions=1),
     WireFormat("dts-avro", "dts", dts_avro, partitions=1, options=_DTS),
+    WireFormat("maxwell-json", "maxwell", maxwell_json, partitions=3, options=_MAXWELL),
 ]
