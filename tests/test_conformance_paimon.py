@@ -1,4 +1,4 @@
-"""Apache Paimon's Kafka CDC test vectors (Debezium and Canal JSON) through land, normalize and silver.
+"""Apache Paimon's Kafka CDC test vectors (Debezium, Canal and Maxwell JSON) through land, normalize and silver.
 
 Source: Apache Paimon ``paimon-flink/paimon-flink-cdc/src/test/resources/kafka/`` (read in place
 from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state for them
@@ -13,6 +13,12 @@ from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state fo
   (``debezium/table/schema/schemaevolution/debezium-data-with-delete.txt``)
 - ``KafkaSyncTableActionITCase.runSingleTableSchemaEvolution`` / ``testSchemaEvolutionImpl`` with
   ``debezium`` (``debezium/table/schemaevolution/debezium-data-{1,2,3}.txt``)
+- ``KafkaMaxwellSyncTableActionITCase.testSchemaEvolution`` (``runSingleTableSchemaEvolution`` with
+  ``maxwell``: ``maxwell/table/schemaevolution/maxwell-data-{1,2,3}.txt``) and
+  ``testFieldValNullSyncTable`` (``testTableFiledValNull``: ``maxwell-data-4.txt``). Paimon's
+  Maxwell files carry no ``position`` (Maxwell's ``output_binlog_position`` is off by default),
+  so the source sets ``without_position: kafka-order`` (one partition, Paimon's arrival order);
+  without it every row is quarantined naming ``position``
 - ``KafkaCanalSyncTableActionITCase.testSchemaEvolution`` (``canal/table/schemaevolution``),
   ``testMultipleSchemaEvolutions`` (``canal/table/schemaevolutionmultiple``) and
   ``testCDCOperations`` (``canal/table/event``)
@@ -30,8 +36,11 @@ arrays as ``[110, 105, ...]``, FLOAT as its shortest 32-bit text).
 
 Not applicable here:
 
-- the OGG, Maxwell, AWS DMS and aliyun parts of the expected files (this pipeline reads
-  ``debezium-json`` and ``canal-json`` only);
+- the OGG, AWS DMS and aliyun parts of the expected files (this pipeline reads
+  ``debezium-json``, ``canal-json`` and ``maxwell-json`` only);
+- ``testTableFiledValNull``'s ``null`` weight: Paimon's row shows the text ``null`` where its
+  rows show SQL NULL as ``NULL`` (its schemaless reader writes a JSON null as that text); this
+  pipeline keeps a JSON null a NULL, and the other values are compared with Paimon's;
 - ``testComputedColumn``'s ``_year=year(_date)`` computed column and partition: computed columns
   are an option of Paimon's action, not part of the format; the source columns are checked;
 - ``testCDCOperations`` with ``ignore-delete=true`` (a Paimon table option with no counterpart);
@@ -65,13 +74,14 @@ HOURS = 5
 @dataclass
 class Scenario:
     """One Paimon test: its files per step (hour), its silver tables (without the ``<tag>_`` prefix),
-    the primary key Paimon's test passes (None: the messages' own key)."""
+    the primary key Paimon's test passes (None: the messages' own key) and the source's options."""
 
     tag: str
     fmt: str
     steps: dict[int, list]
     tables: list[str]
     primary_key: Optional[list[str]] = None
+    options: Optional[dict] = None
 
 
 SCENARIOS = {s.tag: s for s in [
@@ -112,6 +122,13 @@ SCENARIOS = {s.tag: s for s in [
               2: ["canal/table/event/event-update.txt"], 3: ["canal/table/event/event-delete.txt"]},
              ["paimon_sync_table__schema_evolution_1", "paimon_sync_table__event",
               "paimon_sync_table__schema_evolution_2"]),
+    # KafkaMaxwellSyncTableActionITCase.testSchemaEvolution: pk id, no types in the messages
+    Scenario("maxevol", "maxwell-json",
+             {i: [f"maxwell/table/schemaevolution/maxwell-data-{i + 1}.txt"] for i in range(3)},
+             ["test__product"], ["id"], {"without_position": "kafka-order"}),
+    # KafkaMaxwellSyncTableActionITCase.testFieldValNullSyncTable: maxwell-data-4.txt only, pk id
+    Scenario("maxnull", "maxwell-json", {0: ["maxwell/table/schemaevolution/maxwell-data-4.txt"]},
+             ["test__product"], ["id"], {"without_position": "kafka-order"}),
 ]}
 
 # Paimon's row types as its tests state them (column order included), per scenario and step.
@@ -140,6 +157,10 @@ ROW_TYPES = {
     ("canalmulti", 1): [("_id", "INT"), ("v1", "VARCHAR(20)"), ("v2", "BIGINT"), ("v3", "VARCHAR(10)"),
                         ("v4", "INT"), ("v5", "DOUBLE"), ("v6", "DECIMAL(5,3)"), ("$% ^,& *(", "VARCHAR(10)")],
     **{("canalevent", i): _CANAL_4 for i in range(4)},
+    ("maxevol", 0): _DBZ_STR,
+    ("maxevol", 1): _DBZ_STR + [("age", "STRING")],
+    ("maxevol", 2): _DBZ_STR + [("age", "STRING"), ("address", "STRING")],
+    ("maxnull", 0): _DBZ_STR,
 }
 
 
@@ -297,6 +318,8 @@ def paimon_run(stack, spark):
         src = {"topic": topic, "format": sc.fmt, "table_prefix": f"{sc.tag}_"}
         if sc.primary_key:
             src["primary_key"] = sc.primary_key
+        if sc.options:
+            src["options"] = sc.options
         sources.append(src)
     path = write_pipeline(f"paimon_{u}", sources, silver={"namespace": ns})
     cfg = load_pipeline(path)
@@ -483,6 +506,33 @@ def test_canal_cdc_operations_update_and_delete(paimon_run):
     for h, want in ((2, updated), (3, deleted)):
         have = union_rows([snap(paimon_run, h, "canalevent", t) for t in (se1, event, se2)], cols)
         assert set(want) <= set(have), (h, sorted(set(want) - set(have)))
+
+
+# --------------------------------------------------------------------------------------------
+# Maxwell
+
+
+@pytest.mark.parametrize("step", [0, 1, 2], ids=["data-1", "data-2", "data-3"])
+def test_maxwell_schema_evolution(paimon_run, step):
+    """runSingleTableSchemaEvolution("schemaevolution", maxwell): every column STRING (Maxwell sends
+    no types; numbers keep their JSON text: 3.14, 0.875, 18); age, then address added; data-3
+    inserts 105 and 107, deletes 101 and updates 105 (``old`` holds only the changed address)."""
+    s = snap(paimon_run, step, "maxevol")
+    assert_types(s, ("maxevol", step))
+    want = expected_rows("shared-schemaevolution.debezium-ogg-maxwell-aws-dms.txt", f"## after data-{step + 1}")
+    assert as_paimon_rows(s, columns_of(("maxevol", step))) == want
+
+
+def test_maxwell_field_value_null(paimon_run):
+    """testTableFiledValNull(maxwell): data-4 alone, weight JSON null for 103; all STRING. Paimon's
+    rows, with its text ``null`` for that JSON null read as NULL here (see the module docstring)."""
+    s = snap(paimon_run, 0, "maxnull")
+    assert_types(s, ("maxnull", 0))
+    lines = (EXPECTED / "tablefiledvalnull.maxwell-aws-dms.txt").read_text(encoding="utf-8").splitlines()
+    paimon = sorted(_fields(line[3:-1]) for line in lines if line.startswith("+I["))
+    assert len(paimon) == 2 and paimon[0][3] == "null"
+    want = [tuple(None if v == "null" else v for v in row) for row in paimon]
+    assert as_paimon_rows(s, columns_of(("maxnull", 0))) == want
 
 
 # --------------------------------------------------------------------------------------------
