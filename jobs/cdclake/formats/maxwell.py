@@ -48,6 +48,11 @@ offset; ``xoffset`` orders them, and the ``commit`` row, which Maxwell sends wit
 and keep their Kafka order (partition, offset): Maxwell's producer keeps a table's rows in one
 partition in binlog order unless ``producer_partition_by`` is ``random`` or ``column``.
 
+With ``silver.complete_transactions``, a transaction (``xid``) is applied once its ``commit`` row
+has landed (:mod:`cdclake.silver.transactions`): its topic must carry whole transactions, which
+a ``kafka_topic`` per table (``%{database}_%{table}``) does not for transactions over several
+tables (Maxwell marks the transaction's last row only).
+
 Records without ``position``: Maxwell sends none unless started with
 ``output_binlog_position=true`` (its default is off), and ``ts`` has second precision and is
 no order. Such a row cannot be ordered from the record itself, so by default it is a

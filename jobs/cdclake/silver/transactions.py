@@ -9,6 +9,7 @@ landed hour (a transaction may span hours and partitions):
 format           a transaction is complete when
 ===============  =============================================================================
 Qlik Replicate   one of its changes has ``transactionLastEvent`` true (bronze ``tx_last``)
+Maxwell          its last row, the one with ``commit: true``, has landed (bronze ``tx_last``)
 SharePlex        its distinct operation numbers (``meta.seq``/``idx``, bronze ``tx_seq``) number
                  ``meta.size`` (bronze ``tx_size``)
 Alibaba DTS      its ``COMMIT`` record has landed (``bronze.control_events`` kind ``transaction``,
