@@ -79,7 +79,8 @@ FAST_PATH_TESTS = {"arcion-json": "test_fast_path_arcion", "canal-json": "test_c
                    "cdl-json": "test_fast_path_cdl", "debezium-json": "test_columnar_fast_path",
                    "dts-avro": "test_fast_path_dts", "maxwell-json": "test_fast_path_maxwell",
                    "qlik-avro": "test_fast_path_qlik",
-                   "qlik-json": "test_fast_path_qlik", "shareplex-json": "test_fast_path_shareplex"}
+                   "qlik-json": "test_fast_path_qlik", "shareplex-json": "test_fast_path_shareplex",
+                   "aws-dms-json": "test_fast_path_dms"}
 
 
 def test_every_format_has_a_fast_path_compared_record_by_record():

@@ -12,14 +12,16 @@ column types must be the declared ones (within what the format can say: :func:`c
 Variants (:func:`variants`), each a parameter of every test here:
 
 - partitions: the format's own (:attr:`WireFormat.partitions`), one, three;
-- reversed delivery: three partitions, each partition's offsets reversed and read last first;
-- untyped: for the formats whose topics configure ``column_types`` (CDL, SharePlex, DTS, Maxwell), the
-  same deliveries without them (keys still configured);
+- reversed delivery: three partitions, each partition's offsets reversed and read last first
+  (not for AWS DMS, whose order is the Kafka order: :data:`KAFKA_ORDER`);
+- untyped: for the formats whose topics configure ``column_types`` (CDL, SharePlex, DTS, Maxwell,
+  AWS DMS), the same deliveries without them (keys still configured);
 - minimal logging (Qlik): updates carry only the changed columns.
 
 Then per-format checks of the same runs: CDL heartbeats and transaction ids, SharePlex
 transaction sizes and update keys, SharePlex text without configured types, the Qlik metadata
-versions stored and the partial images of minimal logging.
+versions stored and the partial images of minimal logging, AWS DMS control records, full-load
+rows and before images.
 """
 from __future__ import annotations
 
@@ -43,14 +45,17 @@ HOURS = 2
 WIRE = {w.format: w for w in WIRE_FORMATS}
 #: The simulated shop's seed per format.
 SEEDS = {"debezium-json": 13, "canal-json": 17, "arcion-json": 29, "cdl-json": 23, "shareplex-json": 31,
-         "qlik-json": 11, "qlik-avro": 11, "dts-avro": 41, "maxwell-json": 43}
+         "qlik-json": 11, "qlik-avro": 11, "dts-avro": 41, "maxwell-json": 43, "aws-dms-json": 43}
 #: The first part of the table names a format gives (default ``shop``, the MySQL database):
 #: CDL names the PostgreSQL schema (``SEG_OWNER``) and no database.
 NAMESPACE = {"cdl-json": "public"}
 #: Formats that send values in the source's own notation (SharePlex: timestamps with
-#: a ``T`` and nine fraction digits; Maxwell: untyped timestamps as written): without configured
-#: types only the keys match the source.
-TEXT_AS_SENT = {"shareplex-json", "maxwell-json"}
+#: a ``T`` and nine fraction digits; Maxwell: untyped timestamps as written; AWS DMS: every value
+#: as text): without configured types only the keys match the source.
+TEXT_AS_SENT = {"shareplex-json", "maxwell-json", "aws-dms-json"}
+#: Formats whose messages carry no source position (AWS DMS): their order is the Kafka order of
+#: a partition, so a delivery with each partition's offsets reversed is not one they can read.
+KAFKA_ORDER = {"aws-dms-json"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class Variant:
 def variants(fmt: str) -> list[Variant]:
     """The variants of ``fmt`` (see the module docstring), without repeats."""
     w = WIRE[fmt]
-    deliveries = [(w.partitions, False), (1, False), (3, False), (3, True)]
+    deliveries = [(w.partitions, False), (1, False), (3, False)] + ([] if fmt in KAFKA_ORDER else [(3, True)])
     typings = (True, False) if "column_types" in w.options.get("options", {}) else (True,)
     out = [Variant(p, reverse, typed) for typed in typings for p, reverse in deliveries]
     if fmt.startswith("qlik"):
@@ -170,7 +175,7 @@ def check_types(fmt: str, typed: bool, change: ChangeRecord, declared: dict[str,
     elif fmt == "cdl-json":
         assert got == {c: "string" if t.startswith("decimal") else t for c, t in declared.items()}
     else:
-        assert fmt in ("shareplex-json", "maxwell-json") and got == {}
+        assert fmt in ("shareplex-json", "maxwell-json", "aws-dms-json") and got == {}
 
 
 @pytest.mark.parametrize("fmt, variant", cases())
@@ -238,3 +243,26 @@ def test_qlik_metadata_versions_and_minimal_logging(fmt, variant):
     if variant.minimal_logging:
         partial = [c for _, c in run.pairs if c.op == "update" and len(c.after) < len(c.column_types)]
         assert partial, "minimal logging must give updates without the unchanged columns"
+
+
+@pytest.mark.parametrize("fmt, variant", cases("aws-dms-json"))
+def test_aws_dms_control_records_load_rows_and_before_images(fmt, variant):
+    """One ``create-table`` control record per table (a ``ddl`` control record); the bulk load as
+    ``load`` rows (snapshot, no transaction details); CDC changes with ``transaction-id`` and
+    ``transaction-record-id`` (tx_id, tx_seq from 1) and the commit time; updates' before images
+    from the ``before-image`` field hold the key columns (``ColumnFilter`` ``pk-only``); no
+    position (the Kafka order)."""
+    run = round_trip(fmt, variant)
+    controls = [r for _, r in run.results if isinstance(r, ControlRecord)]
+    assert sorted((c.kind, c.source_table) for c in controls) == [
+        ("ddl", t) for t in sorted(run.source.tables)]
+    assert all(c.detail.startswith("create-table {") for c in controls)
+    snapshots = [c for _, c in run.pairs if c.op == "snapshot"]
+    assert len(snapshots) == sum(len(tx.changes) for tx in run.history if tx.snapshot) > 0
+    assert all(c.tx_id is None and c.source_ts_ms is None for c in snapshots)
+    live = [c for _, c in run.pairs if c.op != "snapshot"]
+    assert live and all(c.tx_id is not None and c.tx_seq >= 1 and c.source_ts_ms for c in live)
+    assert len({c.tx_id for c in live}) == sum(1 for tx in run.history if not tx.snapshot)
+    updates = [c for c in live if c.op == "update"]
+    assert updates and all(set(c.before) == set(c.primary_key) for c in updates)
+    assert all(c.source_position == () for _, c in run.pairs)

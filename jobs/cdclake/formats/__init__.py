@@ -12,6 +12,7 @@ from cdclake.formats.arcion import ArcionJsonParser
 from cdclake.formats.canal import CanalJsonParser
 from cdclake.formats.cdl import CdlJsonParser
 from cdclake.formats.debezium import DebeziumJsonParser
+from cdclake.formats.dms import AwsDmsJsonParser
 from cdclake.formats.dts import DtsAvroParser
 from cdclake.formats.maxwell import MaxwellJsonParser
 from cdclake.formats.qlik import QlikAvroParser, QlikJsonParser
@@ -21,6 +22,7 @@ from cdclake.record import ParseError, RecordParser, SchemaAwareParser, parse_al
 #: Every format the pipeline reads: the ``format`` of a source in the pipeline YAML → its parser class.
 FORMATS: dict[str, type] = {
     "arcion-json": ArcionJsonParser,
+    "aws-dms-json": AwsDmsJsonParser,
     "canal-json": CanalJsonParser,
     "cdl-json": CdlJsonParser,
     "debezium-json": DebeziumJsonParser,

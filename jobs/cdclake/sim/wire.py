@@ -11,6 +11,7 @@ from cdclake.sim.model import TABLES
 from cdclake.sim.render import Message, canal_json, debezium_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
+from cdclake.sim.render_dms import BEFORE_IMAGE_FIELD, dms_json
 from cdclake.sim.render_dts import dts_avro
 from cdclake.sim.render_maxwell import maxwell_json
 from cdclake.sim.render_qlik import qlik_avro, qlik_json
@@ -40,6 +41,11 @@ class WireFormat:
 #: SharePlex JSON carries neither keys nor types: both are configured per table.
 _SHAREPLEX = {"primary_keys": {t.name: list(t.primary_key) for t in TABLES.values()},
               "options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}}
+#: AWS DMS carries neither keys (its Kafka key is the partition value) nor types; the rendering's
+#: updates carry the ``BeforeImageSettings`` field.
+_DMS = {"primary_keys": {t.name: list(t.primary_key) for t in TABLES.values()},
+        "options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()},
+                    "before_image_field": BEFORE_IMAGE_FIELD}}
 #: CDL's own Decimal type carries no precision: decimal columns are configured.
 _CDL = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns if c.ctype.startswith("decimal")}
                                      for t in TABLES.values()}}}
@@ -63,4 +69,5 @@ WIRE_FORMATS: list[WireFormat] = [
     WireFormat("qlik-avro", "qlika", qlik_avro, partitions=1),
     WireFormat("dts-avro", "dts", dts_avro, partitions=1, options=_DTS),
     WireFormat("maxwell-json", "maxwell", maxwell_json, partitions=3, options=_MAXWELL),
+    WireFormat("aws-dms-json", "dms", dms_json, partitions=3, options=_DMS),
 ]
