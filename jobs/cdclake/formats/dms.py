@@ -258,16 +258,16 @@ class AwsDmsJsonParser(FormatParser):
     # -- the steps ------------------------------------------------------------------------------
 
     def decode(self, record: KafkaRecord) -> Event:
-        """The message, a JSON object with a ``metadata`` object and no member the format does
-        not know."""
+        """The message, a JSON object with a ``metadata`` object (checked first) and no member
+        the format does not know."""
         return self._event(record, load_json(FORMAT, record.value))
 
     def _event(self, record: KafkaRecord, msg: dict) -> Event:
+        meta = json_object(FORMAT, msg.get("metadata"), "metadata", missing="missing metadata block")
         for member in msg:
             if member not in MEMBERS and member != self.before_image_field:
                 hint = "" if self.before_image_field else " (a BeforeImageSettings FieldName: set before_image_field)"
                 raise ParseError(FORMAT, f"unknown member {member!r}{hint}", str(member))
-        meta = json_object(FORMAT, msg.get("metadata"), "metadata", missing="missing metadata block")
         return Event(record, msg, source=meta)
 
     def control(self, event: Event) -> Optional[ParseResult]:
