@@ -1,4 +1,4 @@
-"""Apache Paimon's Kafka CDC test vectors (Debezium, Canal and Maxwell JSON) through land, normalize and silver.
+"""Apache Paimon's Kafka CDC test vectors (Debezium, Canal, Maxwell and AWS DMS JSON) through land, normalize and silver.
 
 Source: Apache Paimon ``paimon-flink/paimon-flink-cdc/src/test/resources/kafka/`` (read in place
 from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state for them
@@ -19,6 +19,10 @@ from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state fo
   Maxwell files carry no ``position`` (Maxwell's ``output_binlog_position`` is off by default),
   so the source sets ``without_position: kafka-order`` (one partition, Paimon's arrival order);
   without it every row is quarantined naming ``position``
+- ``KafkaAWSDMSSyncTableActionITCase``: ``runSingleTableSchemaEvolution`` with ``aws-dms``
+  (``aws-dms/table/schemaevolution/aws-dms-data-{1,2,3}.txt``: every column STRING, ``BI_``
+  before-image columns in the update) and ``testTableFiledValNull``
+  (``aws-dms-data-4.txt``), through ``aws-dms-json`` with the key Paimon's test passes (``id``)
 - ``KafkaCanalSyncTableActionITCase.testSchemaEvolution`` (``canal/table/schemaevolution``),
   ``testMultipleSchemaEvolutions`` (``canal/table/schemaevolutionmultiple``) and
   ``testCDCOperations`` (``canal/table/event``)
@@ -36,11 +40,7 @@ arrays as ``[110, 105, ...]``, FLOAT as its shortest 32-bit text).
 
 Not applicable here:
 
-- the OGG, AWS DMS and aliyun parts of the expected files (this pipeline reads
-  ``debezium-json``, ``canal-json`` and ``maxwell-json`` only);
-- ``testTableFiledValNull``'s ``null`` weight: Paimon's row shows the text ``null`` where its
-  rows show SQL NULL as ``NULL`` (its schemaless reader writes a JSON null as that text); this
-  pipeline keeps a JSON null a NULL, and the other values are compared with Paimon's;
+- the OGG and aliyun parts of the expected files (formats not read here);
 - ``testComputedColumn``'s ``_year=year(_date)`` computed column and partition: computed columns
   are an option of Paimon's action, not part of the format; the source columns are checked;
 - ``testCDCOperations`` with ``ignore-delete=true`` (a Paimon table option with no counterpart);
@@ -51,7 +51,11 @@ Not applicable here:
   tables, and where Paimon's result depends on one table's change reaching another table's row
   (an update or delete of a key inserted under another table name), each silver table is
   checked against Paimon's row for the key its own messages carry;
-- key columns' NOT NULL: silver columns are nullable; non-null keys are the silver gate's check.
+- key columns' NOT NULL: silver columns are nullable; non-null keys are the silver gate's check;
+- ``testTableFiledValNull``'s ``null`` for 103's ``weight``: Paimon states the JSON null of a
+  schemaless Maxwell or DMS row as the text ``null`` (its ``NULL`` is what it prints for a SQL
+  NULL); ``maxwell-json`` and ``aws-dms-json`` keep the JSON null a SQL NULL, and the row is
+  compared with that value read as NULL.
 """
 from __future__ import annotations
 
@@ -108,6 +112,13 @@ SCENARIOS = {s.tag: s for s in [
     Scenario("evol", "debezium-json",
              {i: [f"debezium/table/schemaevolution/debezium-data-{i + 1}.txt"] for i in range(3)},
              ["test__product"], ["id"]),
+    # KafkaAWSDMSSyncTableActionITCase.testSchemaEvolution -> runSingleTableSchemaEvolution: pk id
+    Scenario("dmsevol", "aws-dms-json",
+             {i: [f"aws-dms/table/schemaevolution/aws-dms-data-{i + 1}.txt"] for i in range(3)},
+             ["test__product"], ["id"]),
+    # KafkaAWSDMSSyncTableActionITCase.testTableFiledValNull: data-4 alone, pk id
+    Scenario("dmsnull", "aws-dms-json", {0: ["aws-dms/table/schemaevolution/aws-dms-data-4.txt"]},
+             ["test__product"], ["id"]),
     # KafkaCanalSyncTableActionITCase.testSchemaEvolution: partition pt, pk (pt, _id)
     Scenario("canalevol", "canal-json",
              {i: [f"canal/table/schemaevolution/canal-data-{i + 1}.txt"] for i in range(5)},
@@ -148,6 +159,10 @@ ROW_TYPES = {
     ("evol", 0): _DBZ_STR,
     ("evol", 1): _DBZ_STR + [("age", "STRING")],
     ("evol", 2): _DBZ_STR + [("age", "STRING"), ("address", "STRING")],
+    ("dmsevol", 0): _DBZ_STR,
+    ("dmsevol", 1): _DBZ_STR + [("age", "STRING")],
+    ("dmsevol", 2): _DBZ_STR + [("age", "STRING"), ("address", "STRING")],
+    ("dmsnull", 0): _DBZ_STR,
     ("canalevol", 0): [("pt", "INT"), ("_id", "INT"), ("v1", "VARCHAR(10)")],
     ("canalevol", 1): [("pt", "INT"), ("_id", "INT"), ("v1", "VARCHAR(10)"), ("v2", "INT")],
     ("canalevol", 2): [("pt", "INT"), ("_id", "INT"), ("v1", "VARCHAR(10)"), ("v2", "BIGINT")],
@@ -428,6 +443,43 @@ def test_debezium_schemaless_schema_evolution(paimon_run, step):
     assert_types(s, ("evol", step))
     want = expected_rows("shared-schemaevolution.debezium-ogg-maxwell-aws-dms.txt", f"## after data-{step + 1}")
     assert as_paimon_rows(s, columns_of(("evol", step))) == want
+
+
+# --------------------------------------------------------------------------------------------
+# AWS DMS
+
+
+@pytest.mark.parametrize("step", [0, 1, 2], ids=["data-1", "data-2", "data-3"])
+def test_aws_dms_schema_evolution(paimon_run, step):
+    """runSingleTableSchemaEvolution("schemaevolution", aws-dms): every column STRING; age, then
+    address added; data-3 deletes 101, inserts 105 and updates it with ``BI_<col>`` before-image
+    columns (``address`` Shanghai → Beijing): the ``BI_`` columns are no columns of the table."""
+    s = snap(paimon_run, step, "dmsevol")
+    assert paimon_run["hours"][step]["error"] is None, paimon_run["hours"][step]["error"]
+    assert_types(s, ("dmsevol", step))
+    want = expected_rows("shared-schemaevolution.debezium-ogg-maxwell-aws-dms.txt", f"## after data-{step + 1}")
+    assert as_paimon_rows(s, columns_of(("dmsevol", step))) == want
+
+
+def file_rows(fname: str) -> list[tuple]:
+    """Every ``+I[...]`` row of ``expected/<fname>`` (a file with one table state), sorted."""
+    lines = (EXPECTED / fname).read_text(encoding="utf-8").splitlines()
+    rows = sorted(_fields(line[3:-1]) for line in lines if line.startswith("+I["))
+    assert rows, fname
+    return rows
+
+
+def test_aws_dms_table_field_value_null(paimon_run):
+    """testTableFiledValNull(aws-dms): data-4 alone, 103's weight a JSON null; Paimon's text
+    ``null`` is compared as the SQL NULL silver keeps (see the module docstring)."""
+    s = snap(paimon_run, 0, "dmsnull")
+    assert_types(s, ("dmsnull", 0))
+    stated = file_rows("tablefiledvalnull.maxwell-aws-dms.txt")
+    assert [r for r in stated if r[0] == "103"][0][3] == "null"
+    want = sorted(tuple(None if v == "null" else v for v in r) for r in stated)
+    assert as_paimon_rows(s, columns_of(("dmsnull", 0))) == want
+    row = next(r for r in s["rows"] if r["id"] == "103")
+    assert row["weight"] is None
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from reference_model import apply_changes
 
 from cdclake.formats import get_parser
 from cdclake.formats.dms import AwsDmsJsonParser, operation_name
-from cdclake.record import ControlRecord, KafkaRecord, ParseError, parse_all
+from cdclake.record import ControlRecord, KafkaRecord, parse_all
 
 FMT = "aws-dms-json"
 parse = functools.partial(helpers.parse, FMT)

@@ -38,8 +38,10 @@ field                              read as
 ``metadata.partition-key-type``,   not used (``primary-key``, ``schema-table``, ``task-id`` ...);
 ``partition-key-value``,           ``prev-transaction-id``/``prev-transaction-record-id`` link a
 ``prev-transaction-*``,            record to the one DMS sent before it, which no single record
-``stream-position``                can turn into a position; ``stream-position`` is the source
-                                   engine's own text, which the document does not describe
+``stream-position``                can turn into a position; ``stream-position`` is what the
+                                   document calls the log position, in the source engine's own
+                                   text (the example's is MySQL binlog coordinates, a PostgreSQL
+                                   source gives LSNs) whose layout it does not describe
 ``data``                           the row: the after image of load/insert/update, the before
                                    image of a delete
 ``BI_<col>`` columns in ``data``   the ``add-before-image-columns`` rule: a column named
@@ -68,20 +70,22 @@ send. The parser never guesses: such a column is absent from the image, so silve
 previous value on an update (an insert's absent columns are null). Set ``IncludeNullAndEmpty``
 true on the endpoint for exact NULLs.
 
-Order. The message holds no log position: ``metadata.timestamp`` is the time DMS built the
-message (not monotonic across DMS threads and never an order), and a transaction id is not an
-order across transactions (PostgreSQL xids follow transaction starts, not commits; other engines'
-ids are not numbers in commit order). DMS publishes each table's changes in commit order, and
-Kafka keeps a partition's records in the order they were written, so the order used is the Kafka
-order: position ``()`` for every change, ties broken by (partition, offset). This is exact for
-every key whose changes all go to one partition: ``partition-key-type`` ``schema-table`` (DMS's
-default without ``ParallelApply*``) or ``primary-key`` (the ``ParallelApply*`` default) with the
-key unchanged, or a constant partition key. It cannot be guaranteed when one key's changes are
-spread over partitions: an update that changes the primary key under ``primary-key``
-partitioning, an ``attribute-name`` partition key that is not the primary key, or a topic whose
-partition count changed while DMS wrote to it. ``transaction-id`` and ``transaction-record-id``
-are kept as ``tx_id``/``tx_seq`` (grouping and order inside one transaction), never used to order
-transactions.
+Order. The message holds no position this parser can read (``stream-position`` above):
+``metadata.timestamp`` is the time DMS built the message (wall-clock time, never an order), and a
+transaction id is no order across transactions (PostgreSQL xids follow transaction starts, not
+commits; other engines' ids are not numbers in commit order). DMS reads the source's log and
+sends a table's changes in the order it reads them, commit order, and Kafka keeps a partition's
+records in the order they were written; so the order used is the Kafka order: position ``()`` for
+every change, ties broken by (partition, offset). This is exact for every key whose changes all
+go to one partition: ``partition-key-type`` ``schema-table`` (DMS's default without
+``ParallelApply*``) or ``primary-key`` (the ``ParallelApply*`` default) with the key unchanged, or
+a constant partition key. It cannot be guaranteed when one key's changes are spread over
+partitions (an update that changes the primary key under ``primary-key`` partitioning, an
+``attribute-name`` partition key that is not the primary key, a topic whose partition count
+changed while DMS wrote to it), nor with ``ParallelApplyThreads``, for which the document does
+not say that one key's changes keep their order across threads. ``transaction-id`` and
+``transaction-record-id`` are kept as ``tx_id``/``tx_seq`` (grouping and order inside one
+transaction), never used to order transactions.
 
 Primary key: configured (``primary_key``/``primary_keys``) → the Kafka key's columns when it is a
 JSON object → ParseError. DMS's own Kafka key is the partition value (``schema.table``, or the
