@@ -10,7 +10,9 @@ every table must equal the source's final state, value by value and with its col
 
 Per format, what cannot move: Qlik's metadata messages stay first on partition 0 (data before its
 metadata is quarantined until a rerun, which :mod:`tests.test_qlik_pipeline` covers), and DTS
-BEGIN/COMMIT/DDL records stay where they are.
+BEGIN/COMMIT/DDL records stay where they are. AWS DMS is left out (:data:`FORMATS`): its messages
+carry no source position, so its order is a partition's Kafka order, which re-partitioning and
+duplicates sent later destroy (``test_round_trip`` covers the deliveries that keep it).
 
 The random schemas, key changes, truncates and partial images of ``test_silver_properties`` are
 rendered as Debezium JSON, the one wire format that can express all of them; this file covers the
@@ -37,6 +39,8 @@ from cdclake.sim.render import Message
 from cdclake.sim.wire import WIRE_FORMATS
 
 TABLES = ("customers", "products", "orders")
+#: The formats delivered badly: those whose messages carry a source position.
+FORMATS = [w for w in WIRE_FORMATS if w.format != "aws-dms-json"]
 PARTITIONS = 2
 _SEED = os.environ.get("CDC_PROPERTY_SEED")
 SLOW = settings(max_examples=int(os.environ.get("CDC_PROPERTY_EXAMPLES", "1")), deadline=None,
@@ -73,7 +77,7 @@ def scenarios(draw):
     history = src.run()
     u = uuid.uuid4().hex[:8]
     streams = {}
-    for w in WIRE_FORMATS:
+    for w in FORMATS:
         kw = {"task": f"prop-{u}"} if w.format.startswith("qlik") else {}
         rng = random.Random(draw(st.integers(0, 2**32)))
         streams[w.format] = deliveries(w.format, w.render(history, src.tables, partitions=PARTITIONS, **kw), hours, rng)
@@ -89,7 +93,7 @@ def scenarios(draw):
 def test_every_format_any_delivery_reaches_the_source(stack, spark, sc):
     src, streams, order, u = sc
     sources = []
-    for w in WIRE_FORMATS:
+    for w in FORMATS:
         topic = f"fprop.{w.tag}.{u}"
         create_topic(stack["bootstrap"], topic, PARTITIONS)
         produce(stack["bootstrap"], topic, streams[w.format])
@@ -103,7 +107,7 @@ def test_every_format_any_delivery_reaches_the_source(stack, spark, sc):
     expected = src.final_state()
     problems = []
     tables = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN lake.fprop_{u}").collect()]
-    for w in WIRE_FORMATS:
+    for w in FORMATS:
         for t in TABLES:
             names = [n for n in tables if n.startswith(f"{w.tag}_") and n.endswith(f"__{t}")]
             if len(names) != 1:
