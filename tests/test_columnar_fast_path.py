@@ -276,8 +276,14 @@ def _canal_variants(records) -> list[tuple]:
     def doc(m, key=None, **members):
         out.append((key, _edited(m, (), members)))
 
-    for t in ("insert", "Update", "TRUNCATE", "DDL", "x", "", None, 3):
+    for t in ("insert", "Update", "TRUNCATE", "DDL", "x", "", None, 3, "INIT", "init"):
         doc(ins, type=t)
+    for es in (None, "5", -1, 10**40):
+        doc(ins, type="INIT", es=es)
+    doc(ins, type="INIT", data=[ins["data"][0], ins["data"][0]])
+    doc(ins, type="INIT", old=ins["data"])
+    doc(ins, type="INIT", pkNames=None)
+    doc(ins, type="INIT", isDdl=True)
     for flag in (True, "true", "false", 1, None):
         doc(ins, isDdl=flag)
     for db in ("", None, 3, "a/b"):

@@ -199,6 +199,35 @@ def test_truncate_and_other_ddl():
     assert parse({**alter, "table": ""}).source_table is None
 
 
+def test_init_rows_are_snapshot_reads_before_every_change():
+    """``INIT`` (initial load, as Alibaba Cloud DTS writes it; Apache Flink reads it as an insert
+    since FLINK-32862, apache/flink#23207): a ``snapshot`` change per row of ``data`` at position
+    ``(0, 0, row)``, before every binlog change, so that a load row never overrides a later change
+    of its key, whatever the arrival order."""
+    init = message({"id": "int", "v": "varchar(8)"}, {"id": "1", "v": "load"}, type="INIT", es=1700000000000, id=0)
+    init["data"].append({"id": "2", "v": "load2"})
+    rows = parse(init)
+    assert [c.op for c in rows] == ["snapshot", "snapshot"]
+    assert [c.source_position for c in rows] == [(0, 0, 0), (0, 0, 1)]
+    assert [c.row_in_record for c in rows] == [0, 1]
+    assert rows[0].before is None and rows[0].after == {"id": "1", "v": "load"}
+    assert rows[0].source_ts_ms == 1700000000000 and rows[0].primary_key == ["id"]
+    assert parse({**init, "type": "init"}) == rows
+    (no_es,) = parse({k: v for k, v in message({"id": "int"}, {"id": "3"}, type="INIT").items() if k != "es"})
+    assert no_es.op == "snapshot" and no_es.source_ts_ms is None and no_es.source_position == (0, 0, 0)
+    # an update replicated after the load (es 1000) sorts after it even when it arrives first
+    (update,) = parse(message({"id": "int", "v": "varchar(8)"}, {"id": "1", "v": "new"}, type="UPDATE",
+                              old=[{"v": "load"}]))
+    assert tuple(update.source_position) > tuple(rows[0].source_position)
+    state = apply_changes([(KafkaRecord("t", 0, 0, 0, None, b"u"), update),
+                           (KafkaRecord("t", 0, 1, 0, None, b"i"), rows[0])])
+    assert [row["v"] for table in state.values() for row in table.values()] == ["new"]
+    with pytest.raises(ParseError) as err:
+        parse({**init, "es": "x"})
+    assert err.value.field == "es"
+    assert parse({**init, "isDdl": True}).kind == "ddl"
+
+
 def test_tombstone():
     assert get_parser("canal-json").parse(KafkaRecord("t", 0, 0, 0, None, None)).kind == "tombstone"
 

@@ -8,7 +8,16 @@ Apache Flink's flink-json tests (``canal-data.txt``: multi-row ``data``, partial
 as conformance vectors.
 
 One Kafka record gives one :class:`ChangeRecord` per row of ``data`` (``row_in_record`` is the
-row's index); position ``(es, id, row index)``. An UPDATE's ``before`` is the ``data`` row
+row's index); position ``(es, id, row index)``.
+
+``INIT`` messages are the rows of an initial (full) load: DTS writes them before it ships the
+binlog changes (Apache Flink reads them as inserts since FLINK-32862, "Support INIT operation
+type to be compatible with DTS on Alibaba Cloud", apache/flink pull request 23207; Huawei DRS's
+"Kafka Message Format" page documents ``INIT`` the same way: "For full synchronization, the value
+can be INIT"). They are read as ``snapshot`` changes at position ``(0, 0, row index)``, which
+sorts before every binlog change: a load row is at least as old as the changes replicated after
+it, so it never overrides a later change of the same key, whatever the arrival order; rows of one
+load have distinct keys. ``es`` is still their ``source_ts_ms`` when present. An UPDATE's ``before`` is the ``data`` row
 overlaid with its ``old`` row (``old`` holds only the changed columns' previous values). DDL
 (``isDdl: true``) is a ``ddl`` control record, except TRUNCATE, which is a ``truncate`` change.
 
@@ -33,7 +42,9 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "canal-json"
-ROW_TYPES = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
+ROW_TYPES = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot"}
+#: The position of an ``INIT`` (initial load) row, before its row index: before every binlog change.
+INIT_POSITION = (0, 0)
 #: Canal event types that are schema changes (``DDL`` is what DTS sends).
 DDL_TYPES = ("CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX", "QUERY", "DDL")
 _TYPE_RE = re.compile(r"^\s*(?P<base>[a-z]+(?: precision)?)\s*(?:\((?P<args>[^)]*)\))?(?P<rest>.*)$", re.I)
@@ -140,7 +151,7 @@ class CanalJsonParser(FormatParser):
         self._key_reader = EnvelopeReader(self.format_name)
 
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for INSERT, UPDATE and DELETE
+        """The columnar fast path (:mod:`cdclake.formats.columnar`) for INSERT, UPDATE, DELETE and INIT
         messages (not DDL, not TRUNCATE) whose ``data`` rows all name the same columns in the same
         order, and an UPDATE's ``old`` rows only columns of its rows; the rows of each table plan
         (table and ``mysqlType``) are converted column by column by the plan's converters. The
@@ -165,7 +176,8 @@ class CanalJsonParser(FormatParser):
             return ControlRecord("ddl", FORMAT, database, None, table, detail=msg.get("sql"))
         if kind != "TRUNCATE" and kind not in ROW_TYPES:
             raise ParseError(
-                FORMAT, f"unknown operation type {msg['type']!r} (expected INSERT, UPDATE, DELETE or DDL)", "type")
+                FORMAT, f"unknown operation type {msg['type']!r} (expected INSERT, UPDATE, DELETE, INIT or DDL)",
+                "type")
         event.op = "truncate" if kind == "TRUNCATE" else ROW_TYPES[kind]
         return None
 
@@ -175,8 +187,13 @@ class CanalJsonParser(FormatParser):
             raise ParseError(FORMAT, "missing table name", "table")
 
     def position(self, event: Event) -> None:
-        """``(es, id)``, completed per row with the row's index; ``es`` is the commit time."""
+        """``(es, id)``, completed per row with the row's index; ``es`` is the commit time. An
+        ``INIT`` row is at :data:`INIT_POSITION` (``es``, optional there, is its time)."""
         msg = event.message
+        if event.op == "snapshot":
+            event.ts_ms = element(FORMAT, msg.get("es"), "es", null=None)
+            event.position = INIT_POSITION
+            return
         event.ts_ms = element(FORMAT, msg.get("es"), "es")
         event.position = (event.ts_ms, element(FORMAT, msg.get("id") or 0, "id"))
 
@@ -217,7 +234,7 @@ class CanalJsonParser(FormatParser):
         for i, row in enumerate(data):
             where = f"{rows_field}[{i}]"
             image = convert_image(FORMAT, json_object(FORMAT, row, where, "row"), convert, where)
-            if op == "insert":
+            if op in ("insert", "snapshot"):
                 rows.append((None, image))
             elif op == "update":
                 old_row = old[i] if old and i < len(old) else None
@@ -228,13 +245,14 @@ class CanalJsonParser(FormatParser):
                 rows.append((key_delete_image(FORMAT, event.primary_key, image, key_text, where, _DELETE_HINT), None))
 
     def build(self, event: Event) -> list[ChangeRecord]:
-        """One change per row, at position ``(es, id, row index)``."""
+        """One change per row, at position ``(es, id, row index)`` (``INIT``: ``(0, 0, row index)``)."""
         es, msg_id = event.position
+        ts_ms = event.ts_ms
         database, table, op, primary_key, types = event.database, event.table, event.op, event.primary_key, event.types
         return [ChangeRecord(
             source_format=FORMAT, source_database=database, source_schema=None, source_table=table,
             op=op, before=before, after=after, primary_key=list(primary_key), column_types=dict(types),
-            source_position=(es, msg_id, row), source_ts_ms=es, row_in_record=row)
+            source_position=(es, msg_id, row), source_ts_ms=ts_ms, row_in_record=row)
             for row, (before, after) in enumerate(event.rows)]
 
 
@@ -310,8 +328,12 @@ def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple,
         if any(a in refused or b == -1 or (b is not None and b in refused) or images[a] is None for a, b in rows):
             continue
         try:
-            es = element(FORMAT, msg.get("es"), "es")
-            msg_id = element(FORMAT, msg.get("id") or 0, "id")
+            if op == "snapshot":
+                ts_ms = element(FORMAT, msg.get("es"), "es", null=None)
+                es, msg_id = INIT_POSITION
+            else:
+                ts_ms = es = element(FORMAT, msg.get("es"), "es")
+                msg_id = element(FORMAT, msg.get("id") or 0, "id")
             pk_names = msg.get("pkNames")
             read = read_key(records[i].key, parser._key_reader)
             pk = resolve_primary_key(FORMAT, plan.key_override,
@@ -330,7 +352,7 @@ def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple,
                 if any(image.get(k) is None for k in pk):
                     raise ValueError("primary key column missing or null")
                 changes.append((FORMAT, database, None, table, op, before, after, list(pk), types_pair,
-                                [es, msg_id, r], es, None, None, r, None, None))
+                                [es, msg_id, r], ts_ms, None, None, r, None, None))
             names_key = (key, tuple(pk), op, tuple(changes[0][5][0] or ()))
             if names_key not in checked:
                 check_names(ChangeRecord(FORMAT, database, None, table, op, dict.fromkeys(changes[0][5][0] or ()),
