@@ -75,7 +75,7 @@ def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
 
 
 #: Where each format's fast path is compared with its per-record parser, record by record.
-FAST_PATH_TESTS = {"arcion-json": "test_fast_path_arcion", "canal-json": "test_columnar_fast_path",
+FAST_PATH_TESTS = {"aliyun-json": "test_fast_path_aliyun", "arcion-json": "test_fast_path_arcion", "canal-json": "test_columnar_fast_path",
                    "cdl-json": "test_fast_path_cdl", "debezium-json": "test_columnar_fast_path",
                    "dts-avro": "test_fast_path_dts", "maxwell-json": "test_fast_path_maxwell",
                    "qlik-avro": "test_fast_path_qlik",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
+from cdclake.formats.aliyun import AliyunJsonParser
 from cdclake.formats.arcion import ArcionJsonParser
 from cdclake.formats.canal import CanalJsonParser
 from cdclake.formats.cdl import CdlJsonParser
@@ -21,6 +22,7 @@ from cdclake.record import ParseError, RecordParser, SchemaAwareParser, parse_al
 
 #: Every format the pipeline reads: the ``format`` of a source in the pipeline YAML → its parser class.
 FORMATS: dict[str, type] = {
+    "aliyun-json": AliyunJsonParser,
     "arcion-json": ArcionJsonParser,
     "aws-dms-json": AwsDmsJsonParser,
     "canal-json": CanalJsonParser,

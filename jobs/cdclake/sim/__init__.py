@@ -19,6 +19,7 @@ from cdclake.sim.model import (
     as_text,
     replay,
 )
+from cdclake.sim.render_aliyun import aliyun_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dms import dms_json
@@ -38,6 +39,7 @@ from cdclake.sim.render import (
 from cdclake.sim.source import SimulatedSource
 
 __all__ = [
+    "aliyun_json",
     "arcion_json",
     "cdl_json",
     "dms_json",

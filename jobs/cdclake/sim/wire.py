@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from cdclake.sim.model import TABLES
+from cdclake.sim.render_aliyun import aliyun_json
 from cdclake.sim.render import Message, canal_json, debezium_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
@@ -58,6 +59,12 @@ _DTS = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns
 
 #: Maxwell's JSON carries no column types: they are configured per table (its Kafka keys name the keys).
 _MAXWELL = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}}
+#: DataWorks JSON has six coarse types (LONG, DOUBLE, DATE ...): the columns whose declared type is
+#: narrower (smallint, int, float, decimal, date) are configured.
+_ALIYUN = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns
+                                                 if c.ctype not in ("bigint", "double", "boolean", "string", "binary",
+                                                                    "timestamp")}
+                                        for t in TABLES.values()}}}
 
 WIRE_FORMATS: list[WireFormat] = [
     WireFormat("debezium-json", "dbz", debezium_json, partitions=3),
@@ -70,4 +77,5 @@ WIRE_FORMATS: list[WireFormat] = [
     WireFormat("dts-avro", "dts", dts_avro, partitions=1, options=_DTS),
     WireFormat("maxwell-json", "maxwell", maxwell_json, partitions=3, options=_MAXWELL),
     WireFormat("aws-dms-json", "dms", dms_json, partitions=3, options=_DMS),
+    WireFormat("aliyun-json", "aliyun", aliyun_json, partitions=2, options=_ALIYUN),
 ]
