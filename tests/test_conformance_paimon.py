@@ -1,4 +1,4 @@
-"""Apache Paimon's Kafka CDC test vectors (Debezium, Canal, Maxwell and AWS DMS JSON) through land, normalize and silver.
+"""Apache Paimon's Kafka CDC test vectors (Debezium, Canal, Maxwell, AWS DMS and aliyun JSON) through land, normalize and silver.
 
 Source: Apache Paimon ``paimon-flink/paimon-flink-cdc/src/test/resources/kafka/`` (read in place
 from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state for them
@@ -26,6 +26,12 @@ from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state fo
 - ``KafkaCanalSyncTableActionITCase.testSchemaEvolution`` (``canal/table/schemaevolution``),
   ``testMultipleSchemaEvolutions`` (``canal/table/schemaevolutionmultiple``) and
   ``testCDCOperations`` (``canal/table/event``)
+- ``AliyunJsonRecordParserTest`` (``aliyun/table/event/event-{insert,update-in-one,delete}.txt``,
+  ``expected/aliyun-events.txt``): Paimon's test states, per message, one record of row kind
+  INSERT, UPDATE_AFTER and DELETE, key ``[id]``, database ``bigdata_test`` and table
+  ``sync_test_table``; it states no table rows or row type, so silver is checked against the
+  rows those changes give (``aliyun-json`` types: LONG → bigint, DOUBLE → double, STRING →
+  string, DATE → timestamp)
 
 Paimon's tests write one file to the topic, wait for the table, then write the next. Here each
 such step is one hour of Kafka timestamps and one run of the three stages, and silver is read
@@ -40,7 +46,10 @@ arrays as ``[110, 105, ...]``, FLOAT as its shortest 32-bit text).
 
 Not applicable here:
 
-- the OGG and aliyun parts of the expected files (formats not read here);
+- the OGG parts of the expected files (a format not read here);
+- ``AliyunJsonRecordParserTest``'s ``etl_create_time``/``etl_update_time`` computed columns and
+  its timestamp extractor (> 0 for every message; here the full-load INSERT, whose
+  ``eventTime`` is -1, has no ``source_ts_ms``);
 - ``testComputedColumn``'s ``_year=year(_date)`` computed column and partition: computed columns
   are an option of Paimon's action, not part of the format; the source columns are checked;
 - ``testCDCOperations`` with ``ignore-delete=true`` (a Paimon table option with no counterpart);
@@ -140,6 +149,11 @@ SCENARIOS = {s.tag: s for s in [
     # KafkaMaxwellSyncTableActionITCase.testFieldValNullSyncTable: maxwell-data-4.txt only, pk id
     Scenario("maxnull", "maxwell-json", {0: ["maxwell/table/schemaevolution/maxwell-data-4.txt"]},
              ["test__product"], ["id"], {"without_position": "kafka-order"}),
+    # AliyunJsonRecordParserTest: insert (a full-load row), update in one message, delete; key from schema.primaryKey
+    Scenario("aliyunevent", "aliyun-json",
+             {0: ["aliyun/table/event/event-insert.txt"], 1: ["aliyun/table/event/event-update-in-one.txt"],
+              2: ["aliyun/table/event/event-delete.txt"]},
+             ["bigdata_test__sync_test_table"]),
 ]}
 
 # Paimon's row types as its tests state them (column order included), per scenario and step.
@@ -647,3 +661,43 @@ def test_every_record_accounted_and_only_the_int64_to_string_hour_fails(paimon_r
         if h < 4:
             assert out["error"] is None, (h, out["error"])
     assert paimon_run["hours"][4]["error"] is not None
+
+
+# --------------------------------------------------------------------------------------------
+# aliyun-json (Alibaba Cloud DataWorks)
+
+#: The silver types of the aliyun messages' ``schema.dataColumn`` (Paimon's test states none).
+ALIYUN_TYPES = [("id", "bigint"), ("val", "double"), ("name", "string"), ("create_time", "timestamp")]
+
+
+@pytest.mark.parametrize("step, rows", [
+    (0, [("2", "1.1", "a", "2024-11-15 08:58:34")]),   # INSERT (sequenceId -1: a full-load row)
+    (1, [("2", "2.2", "a", "2024-11-15 08:58:34")]),   # UPDATE_AFTER with before and after
+    (2, [("2", "2.2", "a", "2024-11-15 08:58:34")]),   # DELETE of id 1, which was never inserted
+])
+def test_aliyun_events(paimon_run, step, rows):
+    """AliyunJsonRecordParserTest's messages, one per hour: each gives exactly one change (Paimon:
+    one record each) of the stated kind, key [id], database bigdata_test, table sync_test_table."""
+    s = snap(paimon_run, step, "aliyunevent")
+    assert s is not None and s["columns"] == ALIYUN_TYPES
+    assert as_paimon_rows(s, [c for c, _ in ALIYUN_TYPES]) == rows
+    n = paimon_run["hours"][step]["normalize"][paimon_run["topics"]["aliyunevent"]]
+    assert (n["raw"], n["changes"], n["control"], n["quarantined"]) == (1, 1, 0, 0), n
+
+
+def test_aliyun_event_kinds_in_bronze(paimon_run, spark):
+    """Bronze holds Paimon's stated row kinds (INSERT, UPDATE_AFTER, DELETE as insert, update,
+    delete), the key [id] and the names; the full-load insert sorts before the update."""
+    from pyspark.sql import functions as F
+
+    from cdclake.config import load_pipeline
+    from cdclake.catalog import qualified
+    from cdclake.lake import BRONZE_TABLE
+
+    bronze = qualified(load_pipeline(paimon_run["path"]), BRONZE_TABLE)
+    rows = (spark.table(bronze).where(F.col("kafka_topic") == paimon_run["topics"]["aliyunevent"])
+            .orderBy("kafka_offset").collect())
+    assert [(r["op"], r["source_database"], r["source_table"], list(r["primary_key"])) for r in rows] == [
+        (op, "bigdata_test", "sync_test_table", ["id"]) for op in ("insert", "update", "delete")]
+    assert [[int(x) for x in r["source_position"]] for r in rows] == [
+        [0], [1731663842292000001], [1731663842292000000]]
