@@ -46,6 +46,7 @@ def test_paimon_events(name, op, position, ts):
     assert c.column_types == {"id": "bigint", "val": "double", "name": "string", "create_time": "timestamp"}
     image = c.after if op != "delete" else c.before
     assert image["name"] == "a" and image["create_time"] == "2024-11-15 08:58:34"
+    assert list(image) == ["id", "val", "name", "create_time"]  # schema.dataColumn's order, as Paimon's schema
     if op == "update":
         assert c.before == {"id": "2", "val": "1.1", "name": "a", "create_time": "2024-11-15 08:58:34"}
         assert c.after["val"] == "2.2"

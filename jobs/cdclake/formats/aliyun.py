@@ -133,6 +133,8 @@ class _TablePlan:
             vendor[name] = vtype
         configured = options.column_types(database, schema, table)
         self.vendor = vendor
+        #: column → its index in ``schema.dataColumn`` (the images' column order)
+        self.order = {c: i for i, c in enumerate(vendor)}
         self.types = {c: configured.get(c, TYPES[t]) for c, t in vendor.items()}
         for col, ctype in configured.items():
             self.types.setdefault(col, ctype)
@@ -208,6 +210,15 @@ def _image(payload: Mapping, name: str, required: bool) -> Optional[dict]:
     holder = json_object(FORMAT, holder, f"payload.{name}")
     return json_object(FORMAT, holder.get("dataColumn"), f"payload.{name}.dataColumn", "dataColumn",
                        missing=f"missing {name} image")
+
+
+def _in_order(image: Optional[dict], order: dict) -> Optional[dict]:
+    """``image`` with the columns of ``schema.dataColumn`` first, in its order (``order``: column →
+    index), then the others as the image has them: silver's columns follow the message's schema,
+    as Paimon's table schema does."""
+    if image is None or tuple(image) == tuple(order):
+        return image
+    return dict(sorted(image.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
 #: The images each row operation reads: (before required, after required, before read at all).
@@ -293,14 +304,16 @@ class AliyunJsonParser(FormatParser):
         event.primary_key = _primary_key(event.schema, event.plan, event.key, event.op != "truncate")
 
     def images(self, event: Event) -> None:
-        """The images the op reads (see the module docstring); a delete's before image is completed
-        with the Kafka key's values where it lacks key columns."""
+        """The images the op reads (see the module docstring), columns in ``schema.dataColumn``
+        order; a delete's before image is completed with the Kafka key's values where it lacks key
+        columns."""
         need_before, need_after, read_before = _IMAGES[event.variant]
         payload, convert = event.source, event.convert
         before = _image(payload, "before", need_before) if read_before else None
         after = _image(payload, "after", need_after) if need_after else None
-        event.before = convert_image(FORMAT, before, convert, "payload.before.dataColumn")
-        event.after = convert_image(FORMAT, after, convert, "payload.after.dataColumn")
+        order = event.plan.order
+        event.before = _in_order(convert_image(FORMAT, before, convert, "payload.before.dataColumn"), order)
+        event.after = _in_order(convert_image(FORMAT, after, convert, "payload.after.dataColumn"), order)
         if event.op == "delete":
             key_text = None
             if event.key:
