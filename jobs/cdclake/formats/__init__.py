@@ -16,6 +16,7 @@ from cdclake.formats.debezium import DebeziumJsonParser
 from cdclake.formats.dms import AwsDmsJsonParser
 from cdclake.formats.dts import DtsAvroParser
 from cdclake.formats.maxwell import MaxwellJsonParser
+from cdclake.formats.ogg import OggJsonParser
 from cdclake.formats.qlik import QlikAvroParser, QlikJsonParser
 from cdclake.formats.shareplex import ShareplexJsonParser
 from cdclake.record import ParseError, RecordParser, SchemaAwareParser, parse_all
@@ -30,6 +31,7 @@ FORMATS: dict[str, type] = {
     "debezium-json": DebeziumJsonParser,
     "dts-avro": DtsAvroParser,
     "maxwell-json": MaxwellJsonParser,
+    "ogg-json": OggJsonParser,
     "qlik-avro": QlikAvroParser,
     "qlik-json": QlikJsonParser,
     "shareplex-json": ShareplexJsonParser,
