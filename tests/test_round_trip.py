@@ -15,7 +15,8 @@ Variants (:func:`variants`), each a parameter of every test here:
 - reversed delivery: three partitions, each partition's offsets reversed and read last first
   (not for AWS DMS, whose order is the Kafka order: :data:`KAFKA_ORDER`);
 - untyped: for the formats whose topics configure ``column_types`` (CDL, SharePlex, DTS, Maxwell,
-  AWS DMS, DataWorks), the same deliveries without them (keys still configured);
+  AWS DMS, DataWorks,
+  GoldenGate), the same deliveries without them (keys still configured);
 - minimal logging (Qlik): updates carry only the changed columns.
 
 Then per-format checks of the same runs: CDL heartbeats and transaction ids, SharePlex
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import re
 from dataclasses import dataclass
 
@@ -45,14 +47,16 @@ HOURS = 2
 WIRE = {w.format: w for w in WIRE_FORMATS}
 #: The simulated shop's seed per format.
 SEEDS = {"debezium-json": 13, "canal-json": 17, "arcion-json": 29, "cdl-json": 23, "shareplex-json": 31,
-         "qlik-json": 11, "qlik-avro": 11, "dts-avro": 41, "maxwell-json": 43, "aws-dms-json": 43, "aliyun-json": 43}
+         "qlik-json": 11, "qlik-avro": 11, "dts-avro": 41, "maxwell-json": 43, "aws-dms-json": 43, "aliyun-json": 43,
+         "ogg-json": 43}
 #: The first part of the table names a format gives (default ``shop``, the MySQL database):
 #: CDL names the PostgreSQL schema (``SEG_OWNER``) and no database.
 NAMESPACE = {"cdl-json": "public"}
 #: Formats that send values in the source's own notation (SharePlex: timestamps with
 #: a ``T`` and nine fraction digits; Maxwell: untyped timestamps as written; AWS DMS: every value
-#: as text): without configured types only the keys match the source.
-TEXT_AS_SENT = {"shareplex-json", "maxwell-json", "aws-dms-json"}
+#: as text; GoldenGate: ``YYYY-MM-DD:HH:MM:SS``, decimals as JSON numbers): without configured
+#: types only the keys match the source.
+TEXT_AS_SENT = {"shareplex-json", "maxwell-json", "aws-dms-json", "ogg-json"}
 #: Formats whose messages carry no source position (AWS DMS): their order is the Kafka order of
 #: a partition, so a delivery with each partition's offsets reversed is not one they can read.
 KAFKA_ORDER = {"aws-dms-json"}
@@ -171,7 +175,7 @@ def check_types(fmt: str, typed: bool, change: ChangeRecord, declared: dict[str,
     Typed: exactly the declared types, except DTS Avro (it types a value by the value itself: a
     NULL of a VARCHAR/VARBINARY or DECIMAL column carries no type). Untyped: CDL's own Decimal
     has no precision (``string``); SharePlex carries no types; DTS gives each decimal value's
-    precision with the column's scale.
+    precision with the column's scale; SharePlex and GoldenGate carry no types.
     """
     got = change.column_types
     if fmt == "dts-avro":
@@ -190,7 +194,7 @@ def check_types(fmt: str, typed: bool, change: ChangeRecord, declared: dict[str,
         coarse = {"smallint": "bigint", "int": "bigint", "float": "double", "date": "timestamp"}
         assert got == {c: "double" if t.startswith("decimal") else coarse.get(t, t) for c, t in declared.items()}
     else:
-        assert fmt in ("shareplex-json", "maxwell-json", "aws-dms-json") and got == {}
+        assert fmt in ("shareplex-json", "maxwell-json", "aws-dms-json", "ogg-json") and got == {}
 
 
 @pytest.mark.parametrize("fmt, variant", cases())
@@ -281,3 +285,22 @@ def test_aws_dms_control_records_load_rows_and_before_images(fmt, variant):
     updates = [c for c in live if c.op == "update"]
     assert updates and all(set(c.before) == set(c.primary_key) for c in updates)
     assert all(c.source_position == () for _, c in run.pairs)
+
+
+@pytest.mark.parametrize("fmt, variant", cases("ogg-json"))
+def test_ogg_trail_positions_and_partial_images(fmt, variant):
+    """``pos`` (trail sequence number, then RBA) orders the changes as the history does, across
+    trail files; updates carry the key and the changed columns only (compressed updates), deletes
+    of orders only the key; every change keeps the transaction id."""
+    run = round_trip(fmt, variant)
+    sent = [json.loads(m.value)["pos"] for m in run.messages]  # in commit order
+    positions = [(int(p),) for p in sent]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert {c.source_position for _, c in run.pairs} == set(positions)
+    assert len({p[:10] for p in sent}) > 1, "the history spans trail files"
+    updates = [c for _, c in run.pairs if c.op == "update"]
+    assert updates and all(set(c.primary_key) <= set(c.after) for c in updates)
+    assert any(len(c.after) < len(c.before) for c in updates)
+    deletes = [c for _, c in run.pairs if c.op == "delete" and c.source_table == "orders"]
+    assert deletes and all(set(c.before) == {"id"} for c in deletes)
+    assert len({c.tx_id for _, c in run.pairs}) == len(run.history)

@@ -15,6 +15,7 @@ from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dms import BEFORE_IMAGE_FIELD, dms_json
 from cdclake.sim.render_dts import dts_avro
 from cdclake.sim.render_maxwell import maxwell_json
+from cdclake.sim.render_ogg import ogg_json
 from cdclake.sim.render_qlik import qlik_avro, qlik_json
 from cdclake.sim.render_shareplex import shareplex_json
 
@@ -65,6 +66,8 @@ _ALIYUN = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.colu
                                                  if c.ctype not in ("bigint", "double", "boolean", "string", "binary",
                                                                     "timestamp")}
                                         for t in TABLES.values()}}}
+#: GoldenGate's JSON carries keys (``primary_keys``) but no types: every column is configured.
+_OGG = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}}
 
 WIRE_FORMATS: list[WireFormat] = [
     WireFormat("debezium-json", "dbz", debezium_json, partitions=3),
@@ -78,4 +81,5 @@ WIRE_FORMATS: list[WireFormat] = [
     WireFormat("maxwell-json", "maxwell", maxwell_json, partitions=3, options=_MAXWELL),
     WireFormat("aws-dms-json", "dms", dms_json, partitions=3, options=_DMS),
     WireFormat("aliyun-json", "aliyun", aliyun_json, partitions=2, options=_ALIYUN),
+    WireFormat("ogg-json", "ogg", ogg_json, partitions=3, options=_OGG),
 ]
