@@ -80,7 +80,7 @@ FAST_PATH_TESTS = {"aliyun-json": "test_fast_path_aliyun", "arcion-json": "test_
                    "dts-avro": "test_fast_path_dts", "maxwell-json": "test_fast_path_maxwell",
                    "qlik-avro": "test_fast_path_qlik",
                    "qlik-json": "test_fast_path_qlik", "shareplex-json": "test_fast_path_shareplex",
-                   "aws-dms-json": "test_fast_path_dms"}
+                   "aws-dms-json": "test_fast_path_dms", "ogg-json": "test_fast_path_ogg"}
 
 
 def test_every_format_has_a_fast_path_compared_record_by_record():
