@@ -62,7 +62,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event, FormatParser
 from cdclake.formats.columnar import JSON, NO_MAP
-from cdclake.formats.fields import element, name_text
+from cdclake.formats.fields import element
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import convert_image, parse_timestamp, text_converter, utc_ms
