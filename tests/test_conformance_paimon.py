@@ -1,4 +1,5 @@
-"""Apache Paimon's Kafka CDC test vectors (Debezium, Canal, Maxwell, AWS DMS and aliyun JSON) through land, normalize and silver.
+"""Apache Paimon's Kafka CDC test vectors (Debezium, Canal, Maxwell, OGG, AWS DMS and
+aliyun JSON) through land, normalize and silver.
 
 Source: Apache Paimon ``paimon-flink/paimon-flink-cdc/src/test/resources/kafka/`` (read in place
 from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state for them
@@ -26,6 +27,9 @@ from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state fo
 - ``KafkaCanalSyncTableActionITCase.testSchemaEvolution`` (``canal/table/schemaevolution``),
   ``testMultipleSchemaEvolutions`` (``canal/table/schemaevolutionmultiple``) and
   ``testCDCOperations`` (``canal/table/event``)
+- ``KafkaOggSyncTableActionITCase``: ``testSchemaEvolution`` (``runSingleTableSchemaEvolution`` with
+  ``ogg``: ``ogg/table/schemaevolution/ogg-data-{1,2,3}.txt``, positions out of arrival order in
+  data-3) and ``testCDCOperations`` (``ogg/table/event/event-{insert,update,delete}.txt``)
 - ``AliyunJsonRecordParserTest`` (``aliyun/table/event/event-{insert,update-in-one,delete}.txt``,
   ``expected/aliyun-events.txt``): Paimon's test states, per message, one record of row kind
   INSERT, UPDATE_AFTER and DELETE, key ``[id]``, database ``bigdata_test`` and table
@@ -46,7 +50,6 @@ arrays as ``[110, 105, ...]``, FLOAT as its shortest 32-bit text).
 
 Not applicable here:
 
-- the OGG parts of the expected files (a format not read here);
 - ``AliyunJsonRecordParserTest``'s ``etl_create_time``/``etl_update_time`` computed columns and
   its timestamp extractor (> 0 for every message; here the full-load INSERT, whose
   ``eventTime`` is -1, has no ``source_ts_ms``);
@@ -154,6 +157,14 @@ SCENARIOS = {s.tag: s for s in [
              {0: ["aliyun/table/event/event-insert.txt"], 1: ["aliyun/table/event/event-update-in-one.txt"],
               2: ["aliyun/table/event/event-delete.txt"]},
              ["bigdata_test__sync_test_table"]),
+    # KafkaOggSyncTableActionITCase.testCDCOperations: the messages' primary_keys give id
+    Scenario("oggevent", "ogg-json",
+             {i: [f"ogg/table/event/event-{name}.txt"] for i, name in enumerate(("insert", "update", "delete"))},
+             ["OGG__EVENT"]),
+    # KafkaOggSyncTableActionITCase.testSchemaEvolution → runSingleTableSchemaEvolution("schemaevolution", ogg): pk id
+    Scenario("oggevol", "ogg-json",
+             {i: [f"ogg/table/schemaevolution/ogg-data-{i + 1}.txt"] for i in range(3)},
+             ["OGG__TBL_TEST"], ["id"]),
 ]}
 
 # Paimon's row types as its tests state them (column order included), per scenario and step.
@@ -190,6 +201,10 @@ ROW_TYPES = {
     ("maxevol", 1): _DBZ_STR + [("age", "STRING")],
     ("maxevol", 2): _DBZ_STR + [("age", "STRING"), ("address", "STRING")],
     ("maxnull", 0): _DBZ_STR,
+    **{("oggevent", i): _DBZ_STR for i in range(3)},
+    ("oggevol", 0): _DBZ_STR,
+    ("oggevol", 1): _DBZ_STR + [("age", "STRING")],
+    ("oggevol", 2): _DBZ_STR + [("age", "STRING"), ("address", "STRING")],
 }
 
 
@@ -599,6 +614,47 @@ def test_maxwell_field_value_null(paimon_run):
     assert len(paimon) == 2 and paimon[0][3] == "null"
     want = [tuple(None if v == "null" else v for v in row) for row in paimon]
     assert as_paimon_rows(s, columns_of(("maxnull", 0))) == want
+
+
+# --------------------------------------------------------------------------------------------
+# OGG
+
+
+@pytest.mark.parametrize("step", [0, 1, 2], ids=["event-insert", "event-update", "event-delete"])
+def test_ogg_cdc_operations(paimon_run, step):
+    """testCDCOperations (ogg): inserts of 101, 102, 103; 103's weight updated to 8.1; 103
+    deleted. Every column STRING (the messages carry no types); the key from ``primary_keys``."""
+    s = snap(paimon_run, step, "oggevent")
+    assert_types(s, ("oggevent", step))
+    name = ("insert", "update", "delete")[step]
+    want = expected_rows("ogg-event-cdcoperations.txt", f"## after event-{name}.txt")
+    assert as_paimon_rows(s, columns_of(("oggevent", step))) == want
+
+
+@pytest.mark.parametrize("step", [0, 1, 2], ids=["data-1", "data-2", "data-3"])
+def test_ogg_schemaless_schema_evolution(paimon_run, step):
+    """runSingleTableSchemaEvolution("schemaevolution", ogg): every column STRING; age, then address
+    added; data-3 arrives out of trail order (pos 147, 158, 152, 149): the delete of 101 and the
+    update of 105 (Shanghai → Beijing) apply by ``pos``."""
+    s = snap(paimon_run, step, "oggevol")
+    assert_types(s, ("oggevol", step))
+    want = expected_rows("shared-schemaevolution.debezium-ogg-maxwell-aws-dms.txt", f"## after data-{step + 1}")
+    assert as_paimon_rows(s, columns_of(("oggevol", step))) == want
+
+
+def test_ogg_positions_are_the_trail_positions(spark, paimon_run):
+    """Bronze keeps each OGG change's ``pos`` as its source position, e.g. 158 for the delete of 101."""
+    from cdclake.catalog import qualified
+    from cdclake.config import load_pipeline
+    from cdclake.lake import BRONZE_TABLE
+    from pyspark.sql import functions as F
+
+    bronze = qualified(load_pipeline(paimon_run["path"]), BRONZE_TABLE)
+    rows = (spark.table(bronze).where(F.col("kafka_topic") == paimon_run["topics"]["oggevol"])
+            .select("op", "source_position", "kafka_offset").orderBy("kafka_offset").collect())
+    assert [(r["op"], [int(x) for x in r["source_position"]]) for r in rows] == [
+        ("insert", [143]), ("insert", [144]), ("insert", [145]), ("insert", [146]), ("insert", [147]),
+        ("delete", [158]), ("update", [152]), ("insert", [149])]
 
 
 # --------------------------------------------------------------------------------------------
