@@ -231,7 +231,7 @@ def test_transaction_id_and_csn():
 
 
 def test_is_missing_flags():
-    """``includeIsMissingFields``: a column flagged missing is absent; a null column not flagged is null."""
+    """Missing-column flags: a column flagged missing is absent; a null column not flagged is null."""
     doc = edit(DOC_DELETE, before={"CUST_CODE": "DAVE", "CUST_CODE_isMissing": False, "ORDER_ID": 600,
                                    "ORDER_ID_isMissing": False, "PRODUCT_PRICE": None, "PRODUCT_PRICE_isMissing": True,
                                    "TRANSACTION_ID": None, "TRANSACTION_ID_isMissing": False})

@@ -34,9 +34,9 @@ field              read as
                    (compressed updates): absent columns stay absent, so silver keeps their values
 =================  ==========================================================================
 
-A column ``C`` beside a boolean ``C_isMissing`` (the formatter's ``includeIsMissingFields``
-option) is absent when the flag is true and carried when it is false; the flag itself is not a
-column. Values are JSON (numbers, text, null). The format carries no types: columns are typed by
+A column ``C`` beside a boolean ``C_isMissing`` (flags the formatter can write beside each column
+to tell a value missing from the trail from a null) is absent when the flag is true and carried
+when it is false; the flag itself is not a column. Values are JSON (numbers, text, null). The format carries no types: columns are typed by
 ``column_types`` and are otherwise untyped text, as for Debezium JSON without a schema (JSON
 numbers keep their JSON text, ``17520.00`` → ``17520.0`` as a double reads it; configure
 ``decimal(p,s)`` to keep decimals exact). Configured ``timestamp`` and ``date`` columns also read
@@ -73,7 +73,7 @@ from cdclake.types import to_text
 FORMAT = "ogg-json"
 #: ``op_type`` → bronze op.
 OPS = {"I": "insert", "U": "update", "D": "delete", "T": "truncate"}
-#: The suffix of the formatter's ``includeIsMissingFields`` flags.
+#: The suffix of the formatter's missing-column flags (``<column>_isMissing``).
 MISSING_SUFFIX = "_isMissing"
 _OGG_DATETIME_RE = re.compile(r"^(\s*[0-9]{4}-[0-9]{2}-[0-9]{2}):([0-9]{2}:[0-9]{2})")
 _DELETE_HINT = "the deleted row does not carry them; send Kafka keys holding the key columns"
@@ -171,7 +171,7 @@ class _TablePlan:
 
 
 def _present(image: Any) -> Any:
-    """An image without the ``includeIsMissingFields`` flags: a column whose ``<column>_isMissing``
+    """An image without its missing-column flags: a column whose ``<column>_isMissing``
     is ``true`` is left out (absent), and every flag of a column the image holds is dropped.
     Anything that is not an object is returned as it is (the reader reports it)."""
     if type(image) is not dict:
