@@ -348,3 +348,24 @@ def test_rendered_messages_shape():
     assert {m.partition for m in messages} == {0, 1, 2}
     assert all(m.key == str(json.loads(m.value)[("after" if json.loads(m.value)["after"] else "before")]["id"]).encode()
                for m in messages)
+
+
+def test_decimal_of_json_numbers_is_coerce_text():
+    """The direct path of a configured decimal column for JSON numbers read as doubles gives what
+    :func:`cdclake.formats.text.coerce_text` gives, errors included."""
+    from cdclake.formats.ogg import ogg_converter
+    from cdclake.formats.text import coerce_text
+
+    values = [17520.0, 0.1, 12.345, -0.0, 1e16, 1.5e-7, 123456789.12, 3.14, 1e300, float("nan"), float("inf"), 7, "8.5",
+              True, None]
+    for ctype in ("decimal(12,2)", "decimal(38,10)", "decimal(5,0)"):
+        conv = ogg_converter(ctype)
+        for v in values:
+            try:
+                want = coerce_text(v, ctype)
+            except ValueError as exc:
+                with pytest.raises(ValueError) as err:
+                    conv(v)
+                assert str(err.value) == str(exc)
+            else:
+                assert conv(v) == want, (ctype, v)

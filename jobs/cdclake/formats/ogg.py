@@ -58,6 +58,7 @@ Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key`
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event, FormatParser
@@ -68,7 +69,7 @@ from cdclake.formats.options import SourceOptions, key_delete_image, resolve_pri
 from cdclake.formats.text import convert_image, parse_timestamp, text_converter, utc_ms
 from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
-from cdclake.types import to_text
+from cdclake.types import decimal_precision_scale, to_text
 
 FORMAT = "ogg-json"
 #: ``op_type`` → bronze op.
@@ -143,6 +144,22 @@ def ogg_converter(ctype: Optional[str]) -> Callable[[Any], Optional[str]]:
     conv = text_converter(ctype)
     if ctype in ("timestamp", "date"):
         return lambda v: conv(ogg_datetime(v))
+    ps = decimal_precision_scale(ctype)
+    if ps is not None:  # GoldenGate writes NUMBER as a JSON number: read as its shortest text, as coerce_text does
+        scale, quantum = ps[1], Decimal(1).scaleb(-ps[1])
+
+        def decimal(v: Any) -> Optional[str]:
+            if type(v) is float:
+                try:
+                    number = Decimal(repr(v))
+                    if number.is_finite():
+                        if number.as_tuple().exponent > -scale:
+                            number = number.quantize(quantum)
+                        return format(number, "f")
+                except ArithmeticError:  # the general rule says why
+                    pass
+            return conv(v)
+        return decimal
     return conv
 
 
@@ -214,6 +231,7 @@ class OggJsonParser(FormatParser):
         document, any error) gives None: :meth:`parse` reads that record."""
         out: list[Optional[list[tuple]]] = [None] * len(records)
         decode = JSON.decode
+        checked: set = set()  # the names of changes already checked (check_names)
         for i, rec in enumerate(records):
             try:
                 msg = decode(rec.value)
@@ -228,7 +246,7 @@ class OggJsonParser(FormatParser):
                 changes = self.changes(event)
                 rows = []
                 for c in changes:
-                    _check(c)
+                    _check(c, checked)
                     rows.append(_change_row(c))
             except Exception:  # noqa: BLE001  (the per-record parser reports it)
                 continue
@@ -339,10 +357,16 @@ def op_ts_ms(value: Any) -> Optional[int]:
     return None if ts is None else utc_ms(ts)
 
 
-def _check(c: ChangeRecord) -> None:
+def _check(c: ChangeRecord, checked: set) -> None:
     """Raise where normalize would refuse the change (its names, a key column missing or null in
-    the image that keys it): the fast path then leaves the record to :meth:`OggJsonParser.parse`."""
-    check_names(c)
+    the image that keys it): the fast path then leaves the record to :meth:`OggJsonParser.parse`.
+    ``checked`` keeps the names already checked (up to 4096 sets of them)."""
+    names = (c.source_database, c.source_schema, c.source_table, tuple(c.primary_key), tuple(c.before or ()),
+             tuple(c.after or ()), tuple(c.column_types))
+    if names not in checked:
+        check_names(c)
+        if len(checked) < 4096:
+            checked.add(names)
     image = c.before if c.op == "delete" else c.after
     if not c.primary_key or image is None or any(image.get(k) is None for k in c.primary_key):
         raise ValueError("key column missing or null")
