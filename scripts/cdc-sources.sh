@@ -25,6 +25,15 @@ if command -v pg_ctlcluster >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q
     $SUDO pg_ctlcluster 15 main restart
     for _ in $(seq 30); do pg_up && break; sleep 1; done
   fi
+  # This machine's build lists the libraries allowed as output plugins (output_plugin_libraries,
+  # superuser, takes a reload); stock PostgreSQL has no such setting and allows any.
+  plugins=$($PG "select setting from pg_settings where name = 'output_plugin_libraries'" 2>/dev/null || true)
+  if [ -n "$plugins" ] && ! grep -qw wal2json <<<"$plugins"; then
+    echo "PostgreSQL: output_plugin_libraries += wal2json (ALTER SYSTEM, reload)"
+    list=$(tr -d '" ' <<<"$plugins" | tr ',' '\n' | grep -v '^$' | sed "s/.*/'&'/" | paste -sd,)
+    $PG "ALTER SYSTEM SET output_plugin_libraries = ${list:+$list, }'wal2json'" >/dev/null
+    $PG "select pg_reload_conf()" >/dev/null
+  fi
   pg_up && echo "PostgreSQL 15: wal_level $($PG 'show wal_level'), wal2json $(test -f /usr/lib/postgresql/15/lib/wal2json.so && echo installed || echo MISSING)"
 else
   echo "PostgreSQL 15 cluster 'main' not found: the PostgreSQL change-capture test will fail"
