@@ -23,7 +23,7 @@ all: test
 # System packages: Java 17 for Spark, the JDBC drivers of the Iceberg catalog (SQLite for the
 # embedded one, PostgreSQL for production's), Chromium for the Airflow UI: tests/test_production.py
 # runs the PostgreSQL catalog and drives the UI with Playwright. Then the local databases the
-# change-capture tests read (scripts/cdc-sources.sh: wal2json and wal_level = logical on
+# change-capture tests read (tests/setup_sources.sh: wal2json and wal_level = logical on
 # PostgreSQL 15, a ROW binary log on MariaDB; each step only when not done yet).
 deps:
 	@command -v java >/dev/null && test -f /usr/share/java/sqlite-jdbc.jar && test -f /usr/share/java/postgresql.jar \
@@ -32,7 +32,7 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless libxerial-sqlite-jdbc-java \
 	    libpostgresql-jdbc-java chromium >/dev/null; }
-	@bash scripts/cdc-sources.sh
+	@bash tests/setup_sources.sh
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

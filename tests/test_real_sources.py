@@ -2,7 +2,7 @@
 the pipeline, and silver compared with ``SELECT *`` of the database.
 
 - PostgreSQL 15 at ``127.0.0.1:5432`` (user ``postgres``, trust auth) with ``wal_level = logical``
-  and the wal2json output plugin (``make deps``: scripts/cdc-sources.sh). A database of the
+  and the wal2json output plugin (``make deps``: tests/setup_sources.sh). A database of the
   test's own, two tables (REPLICA IDENTITY FULL and default), a wal2json slot, a workload of
   interleaved transactions from two connections; the slot's changes are rendered as Debezium
   PostgreSQL messages with the Connect schema (:mod:`cdclake.sim.pg_wal2json`).
@@ -30,14 +30,12 @@ from conftest import write_pipeline
 from pipeline import hour, ms, run_window
 
 from cdclake import sim
-from cdclake.formats import FORMATS
 from cdclake.formats.canal import mysql_type
 from cdclake.sim import mysql_binlog, pg_wal2json
 from cdclake.types import quote_ident
 
 PG = dict(host="127.0.0.1", port=5432, user="postgres")
 MY = dict(host="127.0.0.1", port=3306, user="root", password="")
-MAXWELL = "maxwell-json" in FORMATS
 RNG = random.Random(20240101)
 
 
@@ -318,13 +316,11 @@ def deliver(messages: list, dup_every: int = 7) -> list[tuple]:
 def run(stack, spark, pg_source, my_source):
     """All topics through land, normalize, silver: hour 0, then hour 1."""
     u = uuid.uuid4().hex[:6]
-    topics = {"pg": ("debezium-json", pg_source["messages"], 2), "canal": ("canal-json", my_source["canal"], 1)}
-    options = {}
-    if MAXWELL:
-        topics["maxwell"] = ("maxwell-json", my_source["maxwell"], 1)
-        # Maxwell's JSON names no column types: configured per table, from the server's COLUMN_TYPE
-        options["maxwell"] = {"options": {"column_types": {
-            t.name: {c.name: mysql_type(c.column_type) for c in t.columns} for t in my_source["tables"].values()}}}
+    topics = {"pg": ("debezium-json", pg_source["messages"], 2), "canal": ("canal-json", my_source["canal"], 1),
+              "maxwell": ("maxwell-json", my_source["maxwell"], 1)}
+    # Maxwell's JSON names no column types: configured per table, from the server's COLUMN_TYPE
+    options = {"maxwell": {"options": {"column_types": {
+        t.name: {c.name: mysql_type(c.column_type) for c in t.columns} for t in my_source["tables"].values()}}}}
     sources = []
     for tag, (fmt, messages, partitions) in topics.items():
         topic = f"truth.{tag}.{u}"
@@ -460,7 +456,6 @@ def test_mariadb_canal_silver_equals_database(spark, run, my_source, table):
     assert not diffs, diffs
 
 
-@pytest.mark.skipif(not MAXWELL, reason="the maxwell-json format is not registered in cdclake.formats.FORMATS")
 @pytest.mark.parametrize("table", ["accounts", "notes"])
 def test_mariadb_maxwell_silver_equals_database(spark, run, my_source, table):
     """Maxwell messages of the binlog: silver = ``SELECT *``."""
