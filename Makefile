@@ -51,8 +51,11 @@ stack-down:
 demo: venv
 	$(PY) -m cdclake.demo
 
+# Two pytest processes (pytest-xdist), each with its own broker, catalog and Spark session; a
+# module's tests stay in one process (--dist loadfile). PYTEST_WORKERS=0 runs them in this one.
+PYTEST_WORKERS ?= 2
 test: venv imports
-	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended"
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended" -n $(PYTEST_WORKERS) --dist loadfile
 
 # Slow duplicates of coverage make test has elsewhere (marker "extended"), e.g. the DAG under dag.test().
 test-extended: venv
