@@ -14,6 +14,7 @@ from cdclake.formats.canal import CanalJsonParser
 from cdclake.formats.cdl import CdlJsonParser
 from cdclake.formats.debezium import DebeziumJsonParser
 from cdclake.formats.dms import AwsDmsJsonParser
+from cdclake.formats.debezium_avro import DebeziumAvroParser
 from cdclake.formats.dts import DtsAvroParser
 from cdclake.formats.maxwell import MaxwellJsonParser
 from cdclake.formats.ogg import OggJsonParser
@@ -28,6 +29,7 @@ FORMATS: dict[str, type] = {
     "aws-dms-json": AwsDmsJsonParser,
     "canal-json": CanalJsonParser,
     "cdl-json": CdlJsonParser,
+    "debezium-avro": DebeziumAvroParser,
     "debezium-json": DebeziumJsonParser,
     "dts-avro": DtsAvroParser,
     "maxwell-json": MaxwellJsonParser,

@@ -22,7 +22,7 @@ a schema (numbers given for a ``timestamp`` column are read as epoch millisecond
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from cdclake.formats.base import Event
 from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
@@ -251,6 +251,11 @@ class DebeziumJsonParser(ConnectJsonParser):
         refuses) gives None: :meth:`parse` reads that record."""
         return _fast_parse(self, records)
 
+    def kafka_key(self, raw: Optional[bytes]) -> Optional[tuple[dict, Optional[dict]]]:
+        """The Kafka key's ``(column → value, Connect schema or None)``, or None when there is none
+        or it cannot be read (:func:`cdclake.formats.json_values.read_key`)."""
+        return read_key(raw, self._key_reader)
+
     def source_block(self, payload: dict) -> dict:
         """The ``source`` block (``{}`` when it is not an object)."""
         source = payload.get("source")
@@ -308,7 +313,7 @@ class DebeziumJsonParser(ConnectJsonParser):
 
     def primary_key(self, event: Event) -> None:
         """Configured, else carried (HBase ``ROW``, ``unique``), else the Kafka key's columns."""
-        key = read_key(event.record.key, self._key_reader)
+        key = self.kafka_key(event.record.key)
         carried = event.carried_key
         if carried is None:
             unique = event.message.get("unique")
@@ -342,9 +347,17 @@ class DebeziumJsonParser(ConnectJsonParser):
 
 def _fast_parse(parser: DebeziumJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`DebeziumJsonParser.fast_parse`: see there."""
+    return fast_changes(parser, records, envelope_payloads(parser._reader, records))
+
+
+def fast_changes(parser: DebeziumJsonParser, records: list[KafkaRecord],
+                 payloads: Iterable[tuple[int, Any, Optional[dict], Any]]) -> list[Optional[list[tuple]]]:
+    """The fast path of :meth:`DebeziumJsonParser.fast_parse` on decoded payloads: ``payloads``
+    gives ``(index in records, payload, Connect schema, envelope id)`` for the records decoded
+    (others give None). Used by the formats that decode Debezium envelopes otherwise (Avro)."""
     out: list[Optional[list[tuple]]] = [None] * len(records)
     groups: dict[tuple, list[tuple]] = {}
-    for i, payload, schema, envelope in envelope_payloads(parser._reader, records):
+    for i, payload, schema, envelope in payloads:
         if type(payload) is not dict or not payload.keys() <= _FAST_MEMBERS:
             continue
         op, source = payload.get("op"), payload.get("source")
@@ -389,7 +402,7 @@ def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tup
         try:
             read = keys[raw_key]
         except KeyError:
-            read = read_key(raw_key, parser._key_reader)
+            read = parser.kafka_key(raw_key)
             if len(keys) >= _MAX_KEYS:
                 keys.clear()
             keys[raw_key] = read
@@ -447,6 +460,6 @@ def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tup
                 checked[name_key] = ok
         if not ok:
             continue
-        out[i] = [(FORMAT, db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
+        out[i] = [(parser.format_name, db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
                    list(pk), types_pair, position, ts, None if tx_id is None else str(tx_id), tx_seq, 0,
                    None, None)]

@@ -3,7 +3,7 @@
 >>> import datetime as dt
 >>> src = SimulatedSource(seed=7, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=3)
 >>> history = src.run()
->>> messages = debezium_json(history, src.tables)            # or canal_json, arcion_json, maxwell_json, dms_json, ogg_json, ...
+>>> messages = debezium_json(history, src.tables)            # or debezium_avro, canal_json, arcion_json, maxwell_json, dms_json, ogg_json, ...
 >>> expected = src.final_state()                            # {table: {pk: {col: value}}}
 
 ``create_topic`` / ``produce`` put the messages on a broker.
@@ -23,6 +23,7 @@ from cdclake.sim.render_aliyun import aliyun_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dms import dms_json
+from cdclake.sim.render_debezium_avro import debezium_avro
 from cdclake.sim.render_dts import dts_avro
 from cdclake.sim.render_maxwell import maxwell_json
 from cdclake.sim.render_ogg import ogg_json
@@ -44,6 +45,7 @@ __all__ = [
     "arcion_json",
     "cdl_json",
     "dms_json",
+    "debezium_avro",
     "dts_avro",
     "maxwell_json",
     "ogg_json",

@@ -1,0 +1,149 @@
+"""Rendering a simulated history as Debezium MySQL change events through Confluent's AvroConverter.
+
+:func:`debezium_avro` renders the same events as :func:`cdclake.sim.render.debezium_json` (one
+message per row change, a tombstone after each delete, the initial snapshot as op ``r``, the
+same keys, partitions, timestamps and positions), but each key and value is an Avro record in
+the Confluent Schema Registry wire format (magic byte 0, 4-byte big-endian schema id, Avro
+binary): Debezium documentation "Avro serialization"; Confluent documentation "Schema Registry
+Wire format". The Avro schemas are made from the events' Kafka Connect schemas as Confluent's
+``AvroData.fromConnectSchema`` makes them (:func:`avro_schema`: ``connect.name``,
+``connect.version``, ``connect.parameters``, ``connect.type``, Avro ``logicalType`` ``decimal``
+with ``precision``/``scale``, optional fields as ``["null", T]`` with default null, a record name
+defined once and referenced after) and registered with ``confluent_kafka.schema_registry`` under
+the subjects ``<topic>-key`` and ``<topic>-value`` of the connector's topic per table
+(``<server>.<database>.<table>``), in the registry at ``registry_url`` (default:
+:func:`cdclake.sim.registry.registry_url`).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any, Mapping, Optional, Sequence
+
+import fastavro
+
+from cdclake.sim.model import DATABASE, Table, Transaction
+from cdclake.sim.registry import registry_url as default_registry_url
+from cdclake.sim.render import Message, debezium_json
+
+_CONNECT_AVRO = {"int32": "int", "int64": "long", "float32": "float", "float": "float", "float64": "double",
+                 "double": "double", "boolean": "boolean", "string": "string", "bytes": "bytes"}
+#: Connect logical types Confluent's AvroData writes with an Avro logical type.
+_AVRO_LOGICAL = {"org.apache.kafka.connect.data.Date": "date", "org.apache.kafka.connect.data.Time": "time-millis",
+                 "org.apache.kafka.connect.data.Timestamp": "timestamp-millis"}
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def avro_schema(schema: Mapping[str, Any], defined: Optional[set] = None) -> Any:
+    """The Avro schema (JSON) of a Kafka Connect schema, as Confluent's AvroData writes it (see the
+    module docstring). ``defined``: the full names of the records already written (a record met
+    again is referenced by name)."""
+    defined = set() if defined is None else defined
+    ctype = schema.get("type")
+    name = schema.get("name")
+    if ctype == "struct":
+        full = name or "io.confluent.connect.avro.ConnectDefault"
+        if full in defined:
+            out: Any = full
+        else:
+            defined.add(full)
+            namespace, _, short = full.rpartition(".")
+            out = {"type": "record", "name": short, **({"namespace": namespace} if namespace else {}),
+                   "fields": [_avro_field(f, defined) for f in schema.get("fields") or ()]}
+            if name:
+                out["connect.name"] = name
+    elif ctype == "array":
+        out = {"type": "array", "items": avro_schema(schema["items"], defined)}
+    elif ctype == "map":
+        out = {"type": "map", "values": avro_schema(schema["values"], defined)}
+    else:
+        base = "int" if ctype in ("int8", "int16") else _CONNECT_AVRO[ctype]
+        out = {"type": base}
+        if ctype in ("int8", "int16"):
+            out["connect.type"] = ctype
+        params = schema.get("parameters")
+        if name == DECIMAL:
+            out.update(scale=int(params["scale"]), precision=int(params.get("connect.decimal.precision", 64)))
+        if schema.get("version") is not None:
+            out["connect.version"] = schema["version"]
+        if params:
+            out["connect.parameters"] = dict(params)
+        if schema.get("default") is not None:
+            out["connect.default"] = schema["default"]
+        if name:
+            out["connect.name"] = name
+        if name == DECIMAL:
+            out["logicalType"] = "decimal"
+        elif name in _AVRO_LOGICAL:
+            out["logicalType"] = _AVRO_LOGICAL[name]
+        if len(out) == 1:
+            out = base
+    return ["null", out] if schema.get("optional") else out
+
+
+def _avro_field(f: Mapping[str, Any], defined: set) -> dict:
+    out = {"name": f["field"], "type": avro_schema(f, defined)}
+    if f.get("optional"):
+        out["default"] = None
+    elif f.get("default") is not None:
+        out["default"] = f["default"]
+    return out
+
+
+def avro_datum(value: Any, schema: Mapping[str, Any]) -> Any:
+    """A Connect JSON value as the Avro datum of :func:`avro_schema` (Base64 ``bytes`` decoded)."""
+    if value is None:
+        return None
+    ctype = schema.get("type")
+    if ctype == "struct":
+        return {f["field"]: avro_datum(value.get(f["field"]), f) for f in schema.get("fields") or ()}
+    if ctype == "bytes":
+        return base64.b64decode(value)
+    if ctype == "array":
+        return [avro_datum(v, schema["items"]) for v in value]
+    if ctype == "map":
+        return {k: avro_datum(v, schema["values"]) for k, v in value.items()}
+    return value
+
+
+class _Writer:
+    """Registers Connect schemas as Avro and writes wire-format values, one schema id per schema."""
+
+    def __init__(self, url: str):
+        from cdclake.formats.debezium_avro import registry_client
+
+        self._client = registry_client({"url": url})
+        from confluent_kafka.schema_registry import Schema
+
+        self._schema = Schema
+        self._kept: dict[str, tuple[int, Any]] = {}
+
+    def write(self, subject: str, doc: dict) -> bytes:
+        from cdclake.formats.debezium_avro import wire_value
+
+        text = json.dumps(doc["schema"], sort_keys=True)
+        kept = self._kept.get(text)
+        if kept is None:
+            avro = avro_schema(doc["schema"])
+            sid = self._client.register_schema(subject, self._schema(json.dumps(avro), "AVRO"))
+            kept = self._kept[text] = (sid, fastavro.parse_schema(avro))
+        sid, parsed = kept
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, avro_datum(doc["payload"], doc["schema"]))
+        return wire_value(sid, buf.getvalue())
+
+
+def debezium_avro(history: Sequence[Transaction], tables: Mapping[str, Table], database: str = DATABASE,
+                  server_name: str = "shop", partitions: int = 3, registry_url: Optional[str] = None) -> list[Message]:
+    """Debezium MySQL connector messages through the AvroConverter for every change of ``history``
+    (see the module docstring; the events are :func:`cdclake.sim.render.debezium_json`'s)."""
+    writer = _Writer(registry_url or default_registry_url())
+    out = []
+    for m in debezium_json(history, tables, database, server_name, with_schema=True, partitions=partitions):
+        key_doc = json.loads(m.key)
+        topic = key_doc["schema"]["name"].rsplit(".", 1)[0]
+        key = writer.write(f"{topic}-key", key_doc)
+        value = None if m.value is None else writer.write(f"{topic}-value", json.loads(m.value))
+        out.append(Message(key, value, m.timestamp_ms, m.partition, m.commit_ts_ms, m.rows))
+    return out
