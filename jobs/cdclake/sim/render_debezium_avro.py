@@ -107,8 +107,10 @@ def avro_datum(value: Any, schema: Mapping[str, Any]) -> Any:
     return value
 
 
-class _Writer:
-    """Registers Connect schemas as Avro and writes wire-format values, one schema id per schema."""
+class AvroWriter:
+    """``AvroWriter(registry url).write(subject, {"schema": Connect schema, "payload": value})``: the
+    Connect JSON document as a wire-format Avro value (its schema made by :func:`avro_schema` and
+    registered under ``subject`` once per Connect schema)."""
 
     def __init__(self, url: str):
         from cdclake.formats.debezium_avro import registry_client
@@ -138,7 +140,7 @@ def debezium_avro(history: Sequence[Transaction], tables: Mapping[str, Table], d
                   server_name: str = "shop", partitions: int = 3, registry_url: Optional[str] = None) -> list[Message]:
     """Debezium MySQL connector messages through the AvroConverter for every change of ``history``
     (see the module docstring; the events are :func:`cdclake.sim.render.debezium_json`'s)."""
-    writer = _Writer(registry_url or default_registry_url())
+    writer = AvroWriter(registry_url or default_registry_url())
     out = []
     for m in debezium_json(history, tables, database, server_name, with_schema=True, partitions=partitions):
         key_doc = json.loads(m.key)
