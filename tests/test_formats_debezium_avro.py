@@ -351,3 +351,27 @@ def test_every_record_of_a_deep_copy_is_unchanged_by_parsing():
     before = copy.deepcopy(doc)
     (c,) = parser().parse(krec(avro(doc), avro(key(1), "t-key")))
     assert doc == before and isinstance(c, ChangeRecord)
+
+
+def test_a_registry_connection_fills_url_and_basic_auth_and_stays_masked(monkeypatch, tmp_path):
+    import yaml
+
+    from cdclake.config import connection_ids, load_pipeline
+
+    monkeypatch.setenv("AIRFLOW_CONN_SR_BASIC", "https://sr-user:sr-pa%24%24@registry.example:8085")
+    doc = {"kafka": {"bootstrap_servers": "b:9092"},
+           "catalog": {"name": "lake", "uri": "jdbc:sqlite:/tmp/x.db", "warehouse": "file:///tmp/w"},
+           "sources": [{"topic": "a", "format": FMT, "options": {"schema_registry": {"connection": "sr_basic"}}}]}
+    path = tmp_path / "sr.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg = load_pipeline(path)
+    registry = cfg.sources[0].options["schema_registry"]
+    assert registry["url"] == "https://registry.example:8085"
+    assert registry["basic_auth_user_info"] == "sr-user:sr-pa$$"
+    assert "sr-pa$$" not in repr(cfg) and "sr-pa$$" not in str(cfg.sources[0])
+    assert connection_ids(cfg) == ["sr_basic"]
+    assert get_parser(FMT, cfg.sources[0].parser_options())._registry_conf["basic.auth.user.info"] == "sr-user:sr-pa$$"
+    doc["sources"][0]["options"]["schema_registry"]["url"] = "http://other:8081"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(Exception, match="schema_registry.url"):
+        load_pipeline(path)

@@ -17,15 +17,17 @@ the process environment, then in the embedded stack's env file ``$CDC_STATE_DIR/
         primary_key: [id]          # optional: overrides what messages/keys say
         options: {}                # format options
 
-Secrets may come from a connection instead of the file: ``kafka.connection: <conn_id>`` and
-``catalog.connection: <conn_id>`` name one, in Airflow's connection format (:func:`parse_connection`).
+Secrets may come from a connection instead of the file: ``kafka.connection: <conn_id>``,
+``catalog.connection: <conn_id>`` and a ``debezium-avro`` source's
+``options.schema_registry.connection: <conn_id>`` (host → ``url``, login and password →
+``basic_auth_user_info``) name one, in Airflow's connection format (:func:`parse_connection`).
 A connection fills what the file leaves empty; a field set in both is a :class:`ConfigError`
 naming the field (:func:`apply_connections`). The connection is looked up by ``connections``
 (in Airflow, the operators resolve it through Airflow's secrets backends), else in the
 environment: ``CDC_CONNECTION_<CONN_ID>`` (set by the stage job operator for its spark-submit),
 then ``AIRFLOW_CONN_<CONN_ID>`` (:func:`env_connection`). Secret values never show in the
 config's ``repr``/``str``: ``catalog.password`` is a ``SecretStr`` and the secret settings of
-``kafka.client`` are shown as ``**********``.
+``kafka.client`` and a schema registry's ``basic_auth_user_info`` are shown as ``**********``.
 
 Errors: :class:`ConfigError` with a one-line message naming the file and the bad key.
 """
@@ -147,6 +149,14 @@ class SourceConfig(_Model):
         if v not in formats():
             raise ValueError(f"unknown format {v!r}; known formats: {', '.join(formats())}")
         return v
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            if name == "options" and isinstance(value.get("schema_registry"), dict):
+                registry = value["schema_registry"]
+                value = dict(value, schema_registry={k: MASK if k == "basic_auth_user_info" else v
+                                                     for k, v in registry.items()})
+            yield name, value
 
     def parser_options(self) -> dict[str, Any]:
         """Options handed to the parser factory: ``options`` plus the configured keys."""
@@ -511,12 +521,46 @@ def apply_connections(raw: dict, connections: Optional[Connections] = None) -> d
             if _empty(section.get("uri")) and conn.get("host"):
                 schema = conn.get("schema") or ""
                 section["uri"] = f"jdbc:postgresql://{conn['host']}:{conn.get('port') or 5432}/{schema}"
+    sources = list(out["sources"]) if isinstance(out.get("sources"), list) else []
+    for i, source in enumerate(sources):
+        registry = _registry_section(source)
+        if registry is None or not registry.get("connection"):
+            continue
+        where = f"sources[{i}].options.schema_registry"
+        conn_id = str(registry["connection"])
+        conn = lookup(conn_id)
+        if conn is None:
+            raise ConfigError(f"key '{where}.connection': connection {conn_id!r} is not defined (neither "
+                              f"{CONNECTION_ENV_PREFIX}{conn_id.upper()} nor {AIRFLOW_CONN_PREFIX}{conn_id.upper()} "
+                              "is set, nor is it in Airflow)")
+        registry = dict(registry)
+        host = conn.get("host")
+        if host:
+            scheme = conn.get("conn_type") if conn.get("conn_type") in ("http", "https") else "http"
+            url = host if "://" in host else f"{scheme}://{host}" + (f":{conn['port']}" if conn.get("port") else "")
+            _fill(registry, "url", url, f"{where}.url", conn_id)
+        if not _empty(conn.get("login")):
+            _fill(registry, "basic_auth_user_info", f"{conn['login']}:{conn.get('password') or ''}",
+                  f"{where}.basic_auth_user_info", conn_id)
+        sources[i] = dict(source, options=dict(source["options"], schema_registry=registry))
+        out["sources"] = sources
     return out
 
 
+def _registry_section(source: Any) -> Optional[dict]:
+    """A source's ``options.schema_registry`` mapping (``debezium-avro``), or None."""
+    options = source.get("options") if isinstance(source, dict) else None
+    registry = options.get("schema_registry") if isinstance(options, dict) else None
+    return registry if isinstance(registry, dict) else None
+
+
 def connection_ids(cfg: "PipelineConfig") -> list[str]:
-    """The connection ids a pipeline names (``kafka.connection``, ``catalog.connection``)."""
-    return list(dict.fromkeys(c for c in (cfg.kafka.connection, cfg.catalog.connection) if c))
+    """The connection ids a pipeline names (``kafka.connection``, ``catalog.connection``, a source's
+    ``options.schema_registry.connection``)."""
+    registries = [_registry_section(s.model_dump()) for s in cfg.sources]
+    return list(dict.fromkeys(c for c in (cfg.kafka.connection, cfg.catalog.connection,
+                                          *(str(r["connection"]) for r in registries if r and r.get("connection")))
+                              if c))
 
 
 def load_pipeline(path: str | os.PathLike, *, connections: Optional[Connections] = None,

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 import sys
 import time
@@ -44,6 +45,7 @@ def reset_lake(state: Optional[Path] = None, extra: tuple[str, ...] = ()) -> Non
         elif p.exists():
             p.unlink()
     embedded.stop_broker(state)
+    embedded.stop_registry(state)
 
 
 def produce_traffic(bootstrap: str):
@@ -114,8 +116,10 @@ def main() -> int:
 
     t0 = time.monotonic()
     reset_lake()
-    env = embedded.up()
-    print(f"embedded broker at {env['CDC_KAFKA_BOOTSTRAP']}, catalog and warehouse in {env['CDC_STATE_DIR']}")
+    env = embedded.up(registry=True)
+    os.environ["CDC_SCHEMA_REGISTRY_URL"] = env["CDC_SCHEMA_REGISTRY_URL"]  # the debezium-avro topics' registry
+    print(f"embedded broker at {env['CDC_KAFKA_BOOTSTRAP']}, schema registry at {env['CDC_SCHEMA_REGISTRY_URL']}, "
+          f"catalog and warehouse in {env['CDC_STATE_DIR']}")
     src = produce_traffic(env["CDC_KAFKA_BOOTSTRAP"])
     end = START + dt.timedelta(hours=HOURS)
     rc = dags_test("cdc_demo", iso(START), iso(end))

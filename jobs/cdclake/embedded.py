@@ -5,8 +5,12 @@
   ``up`` reuses a running broker.
 - Catalog: ``$CDC_STATE_DIR/catalog.db`` (SQLite, Iceberg JDBC catalog schema V1, created with
   pyiceberg's ``SqlCatalog``) and the warehouse ``$CDC_STATE_DIR/warehouse``.
-- ``$CDC_STATE_DIR/stack.env`` records ``CDC_KAFKA_BOOTSTRAP`` and ``CDC_STATE_DIR`` for the
-  pipeline files' ``${...}`` references.
+- Schema registry (``up(registry=True)``, as the command line and the demo start it): the stand-in
+  for Confluent Schema Registry of ``cdclake.sim.registry`` (the ``debezium-avro`` topics' schemas),
+  a Python process on a free loopback port keeping its schemas in ``$CDC_STATE_DIR/registry-schemas.json``;
+  pid and port in ``$CDC_STATE_DIR/registry.json``.
+- ``$CDC_STATE_DIR/stack.env`` records ``CDC_KAFKA_BOOTSTRAP``, ``CDC_STATE_DIR`` (and
+  ``CDC_SCHEMA_REGISTRY_URL``) for the pipeline files' ``${...}`` references.
 
 Command line: ``python -m cdclake.embedded up|down|status|env``.
 """
@@ -25,6 +29,7 @@ from typing import Optional
 from cdclake.config import state_dir
 
 BROKER_FILE = "broker.json"
+REGISTRY_FILE = "registry.json"
 
 
 def tansu_binary() -> Path:
@@ -102,6 +107,50 @@ def stop_broker(state: Optional[Path] = None) -> bool:
     return False
 
 
+def start_registry(state: Optional[Path] = None, timeout_s: float = 15.0) -> str:
+    """Start (or reuse) the embedded schema registry; return its URL ``http://127.0.0.1:PORT``.
+
+    Raises RuntimeError when it does not accept connections within ``timeout_s``.
+    """
+    state = state or state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    info_file = state / REGISTRY_FILE
+    if info_file.exists():
+        info = json.loads(info_file.read_text())
+        if pid_alive(info["pid"]) and port_open("127.0.0.1", info["port"]):
+            return f"http://127.0.0.1:{info['port']}"
+    port = free_port()
+    log = open(state / "registry.log", "ab")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                    os.environ.get("PYTHONPATH", "")])))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdclake.sim.registry", "--port", str(port), "--store",
+         str(state / "registry-schemas.json")],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+    )
+    deadline = time.monotonic() + timeout_s
+    while not port_open("127.0.0.1", port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"embedded schema registry did not start on 127.0.0.1:{port}; see {state / 'registry.log'}")
+        time.sleep(0.05)
+    info_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
+    return f"http://127.0.0.1:{port}"
+
+
+def stop_registry(state: Optional[Path] = None) -> bool:
+    """Stop the embedded schema registry if it runs; True when one was stopped."""
+    info_file = (state or state_dir()) / REGISTRY_FILE
+    if not info_file.exists():
+        return False
+    info = json.loads(info_file.read_text())
+    info_file.unlink()
+    if pid_alive(info["pid"]):
+        os.killpg(info["pid"], signal.SIGTERM)
+        return True
+    return False
+
+
 def ensure_catalog(state: Optional[Path] = None, name: str = "lake") -> tuple[Path, Path]:
     """Create the SQLite catalog (Iceberg JDBC schema) and the warehouse directory if missing.
 
@@ -117,12 +166,15 @@ def ensure_catalog(state: Optional[Path] = None, name: str = "lake") -> tuple[Pa
     return db, warehouse
 
 
-def up(state: Optional[Path] = None) -> dict[str, str]:
-    """Start the broker and create the catalog; write and return the stack environment."""
+def up(state: Optional[Path] = None, registry: bool = False) -> dict[str, str]:
+    """Start the broker (and with ``registry`` the schema registry) and create the catalog; write
+    and return the stack environment."""
     state = state or state_dir()
     bootstrap = start_broker(state)
     ensure_catalog(state)
     env = {"CDC_KAFKA_BOOTSTRAP": bootstrap, "CDC_STATE_DIR": str(state)}
+    if registry:
+        env["CDC_SCHEMA_REGISTRY_URL"] = start_registry(state)
     (state / "stack.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     return env
 
@@ -159,10 +211,11 @@ def airflow_env(state: Optional[Path] = None) -> dict[str, str]:
 def main(argv: list[str]) -> int:
     cmd = argv[1] if len(argv) > 1 else "status"
     if cmd == "up":
-        for k, v in up().items():
+        for k, v in up(registry=True).items():
             print(f"{k}={v}")
     elif cmd == "down":
         print("broker stopped" if stop_broker() else "no broker running")
+        print("schema registry stopped" if stop_registry() else "no schema registry running")
     elif cmd == "env":
         import shlex
 
