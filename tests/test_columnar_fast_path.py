@@ -78,7 +78,8 @@ def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
 FAST_PATH_TESTS = {"aliyun-json": "test_fast_path_aliyun", "arcion-json": "test_fast_path_arcion",
                    "aws-dms-json": "test_fast_path_dms", "canal-json": "test_columnar_fast_path",
                    "cdl-json": "test_fast_path_cdl", "debezium-avro": "test_fast_path_debezium_avro",
-                   "debezium-json": "test_columnar_fast_path", "dts-avro": "test_fast_path_dts",
+                   "debezium-json": "test_columnar_fast_path",
+                   "debezium-jsonschema": "test_fast_path_debezium_avro", "dts-avro": "test_fast_path_dts",
                    "maxwell-json": "test_fast_path_maxwell", "ogg-json": "test_fast_path_ogg",
                    "qlik-avro": "test_fast_path_qlik", "qlik-json": "test_fast_path_qlik",
                    "shareplex-json": "test_fast_path_shareplex"}

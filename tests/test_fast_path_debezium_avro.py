@@ -1,12 +1,13 @@
-"""The ``debezium-avro`` columnar fast path gives, record by record, exactly what the per-record parser gives.
+"""The ``debezium-avro`` and ``debezium-jsonschema`` columnar fast paths give, record by record, exactly what
+the per-record parser gives.
 
 Each batch of raw records runs through :func:`cdclake.normalize.parse_batches` with and without
 :meth:`cdclake.formats.debezium_avro.DebeziumAvroParser.fast_parse` (``assert_same``): every
 record must give the same output rows, quarantine reasons included. The records are simulated
-hours of the shop rendered as Debezium Avro (:func:`cdclake.sim.render_debezium_avro.debezium_avro`),
-and unusual and malformed variants: Debezium JSON documents edited (operations, ``source``
-members, positions, transactions, images, column order, a PostgreSQL ``source``, values the
-converters refuse) and written as Avro again, Kafka keys of every kind, and wire-format bytes
+hours of the shop rendered as Debezium Avro and as JSON with JSON Schema
+(:mod:`cdclake.sim.render_debezium_avro`), and unusual and malformed variants: Debezium JSON
+documents edited (operations, ``source`` members, positions, transactions, images, column
+order, a PostgreSQL ``source``, values the converters refuse) and written in the format again, Kafka keys of every kind, and wire-format bytes
 that are truncated, carry bytes after the record, a wrong magic byte or an unknown schema id.
 The fast path must also read nearly all of a simulated hour: else the equality is empty.
 """
@@ -23,11 +24,12 @@ from cdclake.formats.debezium_avro import wire_parts, wire_value
 from cdclake.sim import SimulatedSource
 from cdclake.sim.registry import registry_url
 from cdclake.sim.render import debezium_json
-from cdclake.sim.render_debezium_avro import AvroWriter, debezium_avro
+from cdclake.sim.render_debezium_avro import AvroWriter, JsonSchemaWriter, debezium_avro, debezium_jsonschema
 
-FMT = "debezium-avro"
 OPTIONS = {"schema_registry": {"url": registry_url()}}
-WRITER = AvroWriter(registry_url())
+RENDER = {"debezium-avro": debezium_avro, "debezium-jsonschema": debezium_jsonschema}
+WRITERS = {"debezium-avro": AvroWriter(registry_url()), "debezium-jsonschema": JsonSchemaWriter(registry_url())}
+BOTH = pytest.mark.parametrize("fmt", sorted(RENDER))
 
 
 def _source(seed: int, hours: int = 2):
@@ -35,23 +37,25 @@ def _source(seed: int, hours: int = 2):
     return src.run(), src.tables
 
 
-def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
+def _simulated(fmt: str, seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
     history, tables = _source(seed, hours)
-    return [(m.partition, m.key, m.value) for m in debezium_avro(history, tables, partitions=partitions)]
+    return [(m.partition, m.key, m.value) for m in RENDER[fmt](history, tables, partitions=partitions)]
 
 
+@BOTH
 @pytest.mark.parametrize("seed,size,hours", [(41, 1, 1), (42, 64, 2), (43, 1000, 2)])
-def test_simulated_hours_are_read_alike(seed, size, hours):
-    records = _simulated(seed, hours)
-    read_fast = assert_same(FMT, records, size, OPTIONS)
+def test_simulated_hours_are_read_alike(fmt, seed, size, hours):
+    records = _simulated(fmt, seed, hours)
+    read_fast = assert_same(fmt, records, size, OPTIONS)
     changes = sum(1 for _, _, v in records if v)
     assert read_fast >= 0.99 * changes, (read_fast, changes)  # all but the tombstones
 
 
-def test_with_configured_keys_and_types_is_read_alike():
+@BOTH
+def test_with_configured_keys_and_types_is_read_alike(fmt):
     options = {**OPTIONS, "column_types": {"name": "int", "shop.customers": {"email": "date"}},
                "primary_keys": {"customers": ["email"], "orders": ["id", "customer_id"]}}
-    assert assert_same(FMT, _simulated(44, hours=1), 64, options) > 0
+    assert assert_same(fmt, _simulated(fmt, 44, hours=1), 64, options) > 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,24 +71,24 @@ def _first(docs, op: str, table: str = "") -> tuple[dict, dict]:
     return next((k, v) for k, v in docs if v["payload"]["op"] == op and v["payload"]["source"]["table"].endswith(table))
 
 
-def _write(doc: dict, subject: str = "shop.shop.x-value"):
+def _write(fmt: str, doc: dict, subject: str = "shop.shop.x-value"):
     try:
-        return WRITER.write(subject, doc)
+        return WRITERS[fmt].write(subject, doc)
     except Exception:  # noqa: BLE001  (an edit Avro cannot carry: no such variant)
         return None
 
 
-def _variants() -> list[tuple]:
+def _variants(fmt: str) -> list[tuple]:
     docs = _docs()
     out: list[tuple] = []
     ins_k, ins = _first(docs, "c", "orders")
     upd_k, upd = _first(docs, "u", "products")
     del_k, dele = _first(docs, "d")
     snap_k, snap = _first(docs, "r")
-    keys = {id(d): _write(k, "shop.shop.x-key") for k, d in ((ins_k, ins), (upd_k, upd), (del_k, dele), (snap_k, snap))}
+    keys = {id(d): _write(fmt, k, "shop.shop.x-key") for k, d in ((ins_k, ins), (upd_k, upd), (del_k, dele), (snap_k, snap))}
 
     def doc(base, path=(), kafka=None, **members):
-        value = _write(edited_doc(base, ("payload",) + tuple(path), members))
+        value = _write(fmt, edited_doc(base, ("payload",) + tuple(path), members))
         if value is not None:
             out.append((keys[id(base)] if kafka is None else kafka, value))
 
@@ -147,13 +151,13 @@ def _variants() -> list[tuple]:
             for f in ("file", "pos", "row"):
                 s.pop(f)
             s.update(connector="postgresql", lsn=24023128, sequence='["24023000","24023128"]')
-        v = _write(d)
+        v = _write(fmt, d)
         out.append((keys[id(ins)], v))
-        out.append((keys[id(ins)], _write(edited_doc(d, ("payload", "source"), {"sequence": "[1]"}))
+        out.append((keys[id(ins)], _write(fmt, edited_doc(d, ("payload", "source"), {"sequence": "[1]"}))
                     if edit == "postgres" else v))
     # wire-format bytes
-    value = _write(ins)
-    sid, body = wire_parts(FMT, value)
+    value = _write(fmt, ins)
+    sid, body = wire_parts(fmt, value)
     out += [(keys[id(ins)], raw) for raw in (
         value[:-3], value[:5], value[:4], value + b"\x00", b"\x01" + value[1:], wire_value(10**6, body),
         wire_value(sid, body[:1]), b"", b"\x00\x00\x00\x00\x00", b'{"payload": {}}', None)]
@@ -161,17 +165,19 @@ def _variants() -> list[tuple]:
     return [v for v in out if v[1] is not None or v[0] is not None]
 
 
+@BOTH
 @pytest.mark.parametrize("size", [1, 500])
-def test_variants_are_read_alike(size):
-    variants = _variants()
-    head = [(0, k, v) for _, k, v in _simulated(46, hours=1)[:40]]
-    assert_same(FMT, head + [(1, k, v) for k, v in variants], size, OPTIONS)
-    assert_same(FMT, [(1, k, v) for k, v in variants], size, OPTIONS)
+def test_variants_are_read_alike(fmt, size):
+    variants = _variants(fmt)
+    head = [(0, k, v) for _, k, v in _simulated(fmt, 46, hours=1)[:40]]
+    assert_same(fmt, head + [(1, k, v) for k, v in variants], size, OPTIONS)
+    assert_same(fmt, [(1, k, v) for k, v in variants], size, OPTIONS)
 
 
-def test_the_variants_reach_both_paths():
+@BOTH
+def test_the_variants_reach_both_paths(fmt):
     """Some variants are read by the fast path, some only by the per-record parser (quarantined)."""
-    variants = _variants()
+    variants = _variants(fmt)
     assert len(variants) > 150
-    read_fast = assert_same(FMT, [(0, k, v) for k, v in variants], 500, OPTIONS)
+    read_fast = assert_same(fmt, [(0, k, v) for k, v in variants], 500, OPTIONS)
     assert 0 < read_fast < len(variants)

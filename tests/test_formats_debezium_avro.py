@@ -1,4 +1,5 @@
-"""Tests of the ``debezium-avro`` parser: Debezium events in Avro through the Confluent wire format.
+"""Tests of the ``debezium-avro`` and ``debezium-jsonschema`` parsers: Debezium events in Avro, and
+in JSON with JSON Schema, through the Confluent wire format and a schema registry.
 
 Samples: Debezium's documentation prints no Avro-serialised event (Avro is binary; "Avro
 serialization" shows the converter settings only), so the samples here are rendered: Debezium's
@@ -6,6 +7,7 @@ own JSON change events with their Kafka Connect schemas (Apache Flink's flink-js
 the MySQL and PostgreSQL connectors, read in place from the shared conformance directory, and
 documents written here for each operation, control event and logical type) are written as Avro
 the way Confluent's AvroConverter writes them (:func:`cdclake.sim.render_debezium_avro.avro_schema`),
+(and as its JSON Schema converter writes them: :func:`cdclake.sim.render_debezium_avro.json_schema`),
 registered in the stand-in registry (:mod:`cdclake.sim.registry`) and framed in the wire format.
 Each must parse to exactly what ``debezium-json`` gives for the JSON document (apart from the
 format's name): the Avro path reuses the JSON path's steps, so equality is the specification.
@@ -27,40 +29,43 @@ from cdclake.formats import get_parser
 from cdclake.formats.debezium_avro import SchemaRegistryUnavailable, wire_parts, wire_value
 from cdclake.record import ChangeRecord, ControlRecord, ParseError, parse_all
 from cdclake.sim.registry import Registry, registry_url
-from cdclake.sim.render_debezium_avro import AvroWriter, avro_schema
+from cdclake.sim.render_debezium_avro import AvroWriter, JsonSchemaWriter, avro_schema
 
 FMT = "debezium-avro"
 FLINK = CONFORMANCE / "flink"
 URL = registry_url()
 OPTIONS = {"schema_registry": {"url": URL}}
 WRITER = AvroWriter(URL)
+WRITERS = {FMT: WRITER, "debezium-jsonschema": JsonSchemaWriter(URL)}
+BOTH = pytest.mark.parametrize("fmt", sorted(WRITERS))
 
 
-def avro(doc, subject: str = "t-value") -> bytes:
-    """A Connect JSON document (``{"schema", "payload"}``, dict or text) as a wire-format Avro value."""
-    return WRITER.write(subject, json.loads(doc) if isinstance(doc, (str, bytes)) else doc)
+def avro(doc, subject: str = "t-value", fmt: str = FMT) -> bytes:
+    """A Connect JSON document (``{"schema", "payload"}``, dict or text) as a wire-format value of
+    ``fmt`` (Avro, or JSON with JSON Schema)."""
+    return WRITERS[fmt].write(subject, json.loads(doc) if isinstance(doc, (str, bytes)) else doc)
 
 
-def parser(**options):
-    return get_parser(FMT, {**OPTIONS, **options})
+def parser(fmt: str = FMT, **options):
+    return get_parser(fmt, {**OPTIONS, **options})
 
 
-def renamed(result):
+def renamed(result, fmt: str = FMT):
     """A ``debezium-json`` result as ``debezium-avro`` gives it (the format's name)."""
     if isinstance(result, list):
-        return [dataclasses.replace(c, source_format=FMT) for c in result]
+        return [dataclasses.replace(c, source_format=fmt) for c in result]
     if isinstance(result, ControlRecord):
-        return dataclasses.replace(result, source_format=FMT)
+        return dataclasses.replace(result, source_format=fmt)
     return result
 
 
-def both(doc, key_doc=None, **options):
-    """``(debezium-avro result, debezium-json result renamed)`` of one JSON document and key."""
+def both(doc, key_doc=None, fmt: str = FMT, **options):
+    """``(the format's result, debezium-json's result renamed)`` of one JSON document and key."""
     value_json = json.dumps(doc).encode()
     key_json = None if key_doc is None else json.dumps(key_doc).encode()
-    a = parser(**options).parse(krec(avro(doc), None if key_doc is None else avro(key_doc, "t-key")))
+    a = parser(fmt, **options).parse(krec(avro(doc, fmt=fmt), None if key_doc is None else avro(key_doc, "t-key", fmt)))
     j = get_parser("debezium-json", options).parse(krec(value_json, key_json))
-    return a, renamed(j)
+    return a, renamed(j, fmt)
 
 
 # --- Apache Flink's Debezium vectors, re-serialised with Avro -------------------------------------
@@ -68,17 +73,18 @@ def both(doc, key_doc=None, **options):
 FLINK_WITH_SCHEMA = ["debezium-data-schema-include.txt", "debezium-postgres-data-schema-include.txt"]
 
 
+@BOTH
 @pytest.mark.parametrize("name", FLINK_WITH_SCHEMA)
-def test_flink_debezium_vectors_in_avro_read_as_their_json(name):
+def test_flink_debezium_vectors_read_as_their_json(fmt, name):
     lines = [ln for ln in (FLINK / name).read_text(encoding="utf-8").splitlines() if ln.startswith("{")]
     assert len(lines) == 16
-    pa, pj = parser(primary_key=["id"]), get_parser("debezium-json", {"primary_key": ["id"]})
-    avro_results = list(parse_all(pa, [krec(avro(ln, "dbserver1.inventory.products-value"), offset=i)
+    pa, pj = parser(fmt, primary_key=["id"]), get_parser("debezium-json", {"primary_key": ["id"]})
+    avro_results = list(parse_all(pa, [krec(avro(ln, "dbserver1.inventory.products-value", fmt), offset=i)
                                        for i, ln in enumerate(lines)]))
     json_results = list(parse_all(pj, [krec(ln, offset=i) for i, ln in enumerate(lines)]))
-    assert [renamed(r) for _, r in json_results] == [r for _, r in avro_results]
+    assert [renamed(r, fmt) for _, r in json_results] == [r for _, r in avro_results]
     pairs = changes(avro_results)
-    assert len(pairs) == 16 and all(c.source_format == FMT for _, c in pairs)
+    assert len(pairs) == 16 and all(c.source_format == fmt for _, c in pairs)
     assert products(apply_changes(pairs)) == flink_expected("debezium.final-state.derived.csv")
     assert pairs[0][1].column_types == {"id": "int", "name": "string", "description": "string", "weight": "double"}
     if "postgres" in name:
@@ -132,20 +138,22 @@ def key(i: int) -> dict:
     ("r", None, {"id": 1, "name": "a"}), ("c", None, {"id": 1, "name": "a"}),
     ("u", {"id": 1, "name": "a"}, {"id": 1, "name": "b"}), ("d", {"id": 1, "name": "b"}, None),
     ("t", None, None)])
-def test_every_operation_reads_as_its_json(op, before, after):
-    a, j = both(event(op, before, after), key(1))
+@BOTH
+def test_every_operation_reads_as_its_json(fmt, op, before, after):
+    a, j = both(event(op, before, after), key(1), fmt)
     assert a == j
     if op != "t":
         (c,) = a
         assert c.op == {"r": "snapshot", "c": "insert", "u": "update", "d": "delete"}[op]
-        assert (c.source_format, c.source_database, c.source_table, c.primary_key) == (FMT, "inv", "items", ["id"])
+        assert (c.source_format, c.source_database, c.source_table, c.primary_key) == (fmt, "inv", "items", ["id"])
         assert c.source_position == (3, 154, 0) and c.tx_id == "gtid:7" and c.tx_seq == 2
     else:
         assert a[0].op == "truncate"
 
 
-def test_delete_without_before_is_keyed_by_the_avro_kafka_key():
-    (c,) = parser().parse(krec(avro(event("d")), avro(key(42), "t-key")))
+@BOTH
+def test_delete_without_before_is_keyed_by_the_registry_kafka_key(fmt):
+    (c,) = parser(fmt).parse(krec(avro(event("d"), fmt=fmt), avro(key(42), "t-key", fmt)))
     assert c.op == "delete" and c.before == {"id": "42"} and c.primary_key == ["id"]
 
 
@@ -156,13 +164,15 @@ def test_positions_order_by_binlog_file_pos_and_row():
     assert sorted(positions) == [(3, 154, 0), (3, 900, 0), (3, 900, 1)]
 
 
-def test_tombstone_names_the_avro_key():
-    result = parser().parse(krec(None, avro(key(7), "t-key")))
-    assert result == ControlRecord("tombstone", FMT, detail='{"id": 7}')
-    assert parser().parse(krec(b"", b"\x01raw")).kind == "tombstone"
+@BOTH
+def test_tombstone_names_the_registry_key(fmt):
+    result = parser(fmt).parse(krec(None, avro(key(7), "t-key", fmt)))
+    assert result == ControlRecord("tombstone", fmt, detail='{"id": 7}')
+    assert parser(fmt).parse(krec(b"", b"\x01raw")).kind == "tombstone"
 
 
-def test_transaction_metadata_heartbeat_and_schema_change_are_control_records():
+@BOTH
+def test_transaction_metadata_heartbeat_and_schema_change_are_control_records(fmt):
     tx_schema = {"type": "struct", "name": "io.debezium.connector.common.TransactionMetadataValue", "optional": False,
                  "fields": [{"field": "status", "type": "string", "optional": False},
                             {"field": "id", "type": "string", "optional": False},
@@ -179,9 +189,9 @@ def test_transaction_metadata_heartbeat_and_schema_change_are_control_records():
            "payload": {"source": event("c")["payload"]["source"], "databaseName": "inv",
                        "ddl": "ALTER TABLE items ADD COLUMN x INT"}}
     for doc, kind in ((begin, "transaction"), (end, "transaction"), (heartbeat, "heartbeat"), (ddl, "ddl")):
-        a, j = both(doc)
+        a, j = both(doc, fmt=fmt)
         assert isinstance(a, ControlRecord) and a.kind == kind and a == j
-    a, j = both(event("m"))
+    a, j = both(event("m"), fmt=fmt)
     assert a == j and a.kind == "metadata"
 
 
@@ -221,13 +231,14 @@ TYPED_VALUES = {"id": 1, "small": -300, "tiny": 7, "big": 2**62, "f32": 1.100000
                 "nts": 1700000000123456789, "zts": "2024-01-01T10:00:00+02:00", "js": '{"a": [1]}', "e": "b"}
 
 
-def test_logical_types_read_as_the_json_path_reads_them():
+@BOTH
+def test_logical_types_read_as_the_json_path_reads_them(fmt):
     schema = envelope(TYPED_ROW)
     json_doc = event("c", None, TYPED_VALUES, table="typed", schema=schema)
     json_doc["payload"]["after"] = dict(TYPED_VALUES, f32=1.1)  # JsonConverter writes a float32's own digits
-    (j,) = renamed(get_parser("debezium-json").parse(krec(json.dumps(json_doc), json.dumps(key(1)))))
-    (a,) = parser().parse(krec(avro(event("c", None, TYPED_VALUES, table="typed", schema=schema)),
-                               avro(key(1), "t-key")))
+    (j,) = renamed(get_parser("debezium-json").parse(krec(json.dumps(json_doc), json.dumps(key(1)))), fmt)
+    written = json_doc if fmt != FMT else event("c", None, TYPED_VALUES, table="typed", schema=schema)
+    (a,) = parser(fmt).parse(krec(avro(written, fmt=fmt), avro(key(1), "t-key", fmt)))
     assert a == j
     assert a.column_types["price"] == "decimal(10,2)" and a.after["price"] == "123.45"
     assert a.column_types["small"] == a.column_types["tiny"] == "smallint" and a.column_types["f32"] == "float"
@@ -299,11 +310,12 @@ def test_malformed_values_are_parse_errors_naming_format_and_field():
         assert str(info.value).startswith(f"{FMT}: field '{field}': ") and text in str(info.value), str(info.value)
 
 
-def test_delete_with_an_unreadable_key_is_a_parse_error_naming_before():
-    for bad_key in (None, b"\x00\x00\x01\x86\xa0", b"\x07garbage", avro(event("c"), "t-key")[:8]):
+@BOTH
+def test_delete_with_an_unreadable_key_is_a_parse_error_naming_before(fmt):
+    for bad_key in (None, b"\x00\x00\x01\x86\xa0", b"\x07garbage", avro(event("c"), "t-key", fmt)[:8]):
         with pytest.raises(ParseError) as info:
-            parser().parse(krec(avro(event("d")), bad_key))
-        assert info.value.format == FMT and info.value.field in ("before", "primary_key"), str(info.value)
+            parser(fmt).parse(krec(avro(event("d"), fmt=fmt), bad_key))
+        assert info.value.format == fmt and info.value.field in ("before", "primary_key"), str(info.value)
 
 
 def test_unreachable_registry_fails_the_run_instead_of_quarantining():
@@ -324,14 +336,15 @@ def test_options_need_a_registry_url():
     assert p._registry_conf == {"url": URL, "basic.auth.user.info": "u:p"}
 
 
-def test_pickled_parser_makes_its_client_and_decoders_again():
-    p = parser()
-    value = avro(event("c", None, {"id": 1, "name": "a"}))
-    first = p.parse(krec(value, avro(key(1), "t-key")))
+@BOTH
+def test_pickled_parser_makes_its_client_and_decoders_again(fmt):
+    p = parser(fmt)
+    value = avro(event("c", None, {"id": 1, "name": "a"}), fmt=fmt)
+    first = p.parse(krec(value, avro(key(1), "t-key", fmt)))
     assert p._client is not None and p._decoders
     copy_ = pickle.loads(pickle.dumps(p))
     assert copy_._client is None and copy_._decoders == {}
-    assert copy_.parse(krec(value, avro(key(1), "t-key"))) == first
+    assert copy_.parse(krec(value, avro(key(1), "t-key", fmt))) == first
 
 
 def test_registry_keeps_one_id_per_schema_and_serves_the_client():
@@ -375,3 +388,46 @@ def test_a_registry_connection_fills_url_and_basic_auth_and_stays_masked(monkeyp
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(Exception, match="schema_registry.url"):
         load_pipeline(path)
+
+
+def test_json_schema_malformed_values_are_parse_errors_naming_format_and_field():
+    fmt = "debezium-jsonschema"
+    good = avro(event("c", None, {"id": 1, "name": "a"}), fmt=fmt)
+    sid, body = wire_parts(fmt, good)
+    avro_id, _ = wire_parts(FMT, avro(event("c", None, {"id": 1, "name": "a"})))
+    cases = {
+        b"\x00\x00\x00": ("value", "truncated: 3 bytes"),
+        b"\x02" + good[1:]: ("value", "magic byte 0x02 is not 0"),
+        body: ("value", "magic byte 0x7b"),
+        wire_value(99999, body): ("value", "schema id 99999 is not in the schema registry"),
+        wire_value(avro_id, body): ("value", "is a AVRO schema, not JSON Schema"),
+        good[:-3]: ("value", "is not valid JSON"),
+        good + b" {}": ("value", "is not valid JSON"),
+        wire_value(sid, b"\xff" + body): ("value", "is not UTF-8 text"),
+        wire_value(sid, b"[1]"): ("value", "value is a JSON list, not an object"),
+        wire_value(sid, body.replace(b'"op":"c"', b'"op":"x"')): ("op", "unknown operation 'x'"),
+        wire_value(sid, body.replace(b'"pos":154', b'"pos":-1')): ("source.pos", "out of range"),
+    }
+    for value, (field, text) in cases.items():
+        with pytest.raises(ParseError) as info:
+            parser(fmt).parse(krec(value, avro(key(1), "t-key", fmt)))
+        assert info.value.format == fmt and info.value.field == field, (value, str(info.value))
+        assert str(info.value).startswith(f"{fmt}: field '{field}': ") and text in str(info.value), str(info.value)
+
+
+def test_json_schema_decimals_as_numbers_are_read_exactly_at_their_scale():
+    fmt = "debezium-jsonschema"
+    row = {"type": "struct", "name": "srv.inv.money.Value", "optional": True, "fields": [
+        {"field": "id", "type": "int32", "optional": False},
+        {"field": "amount", "type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+         "parameters": {"scale": "2", "connect.decimal.precision": "38"}}]}
+    value = avro(event("c", None, {"id": 1, "amount": "MDk="}, table="money", schema=envelope(row)), fmt=fmt)
+    sid, body = wire_parts(fmt, value)
+    assert b'"amount":123.45' in body
+    for number, text in ((b"123.45", "123.45"), (b"-0.5", "-0.50"), (b"7", "7.00"), (b"1E+2", "100.00"),
+                         (b"1234567890123456789012345.5", "1234567890123456789012345.50")):
+        (c,) = parser(fmt).parse(krec(wire_value(sid, body.replace(b"123.45", number)), avro(key(1), "t-key", fmt)))
+        assert c.after["amount"] == text and c.column_types["amount"] == "decimal(38,2)"
+    with pytest.raises(ParseError) as info:
+        parser(fmt).parse(krec(wire_value(sid, body.replace(b"123.45", b"1.234")), avro(key(1), "t-key", fmt)))
+    assert info.value.field == "after.amount" and "more than 2 fraction digits" in str(info.value)

@@ -48,7 +48,8 @@ WIRE = {w.format: w for w in WIRE_FORMATS}
 #: The simulated shop's seed per format.
 SEEDS = {"debezium-json": 13, "canal-json": 17, "arcion-json": 29, "cdl-json": 23, "shareplex-json": 31,
          "qlik-json": 11, "qlik-avro": 11, "dts-avro": 41, "maxwell-json": 43, "aws-dms-json": 43, "aliyun-json": 43,
-         "ogg-json": 43, "debezium-avro": 19}
+         "ogg-json": 43, "debezium-avro": 19,
+         "debezium-jsonschema": 37}
 #: The first part of the table names a format gives (default ``shop``, the MySQL database):
 #: CDL names the PostgreSQL schema (``SEG_OWNER``) and no database.
 NAMESPACE = {"cdl-json": "public"}

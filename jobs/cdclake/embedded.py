@@ -132,7 +132,8 @@ def start_registry(state: Optional[Path] = None, timeout_s: float = 15.0) -> str
     while not port_open("127.0.0.1", port):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            raise RuntimeError(f"embedded schema registry did not start on 127.0.0.1:{port}; see {state / 'registry.log'}")
+            raise RuntimeError(f"embedded schema registry did not start on 127.0.0.1:{port}; "
+                               f"see {state / 'registry.log'}")
         time.sleep(0.05)
     info_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
     return f"http://127.0.0.1:{port}"

@@ -15,6 +15,7 @@ from cdclake.formats.cdl import CdlJsonParser
 from cdclake.formats.debezium import DebeziumJsonParser
 from cdclake.formats.dms import AwsDmsJsonParser
 from cdclake.formats.debezium_avro import DebeziumAvroParser
+from cdclake.formats.debezium_jsonschema import DebeziumJsonSchemaParser
 from cdclake.formats.dts import DtsAvroParser
 from cdclake.formats.maxwell import MaxwellJsonParser
 from cdclake.formats.ogg import OggJsonParser
@@ -31,6 +32,7 @@ FORMATS: dict[str, type] = {
     "cdl-json": CdlJsonParser,
     "debezium-avro": DebeziumAvroParser,
     "debezium-json": DebeziumJsonParser,
+    "debezium-jsonschema": DebeziumJsonSchemaParser,
     "dts-avro": DtsAvroParser,
     "maxwell-json": MaxwellJsonParser,
     "ogg-json": OggJsonParser,

@@ -338,6 +338,12 @@ class DebeziumAvroParser(DebeziumJsonParser):
     """
 
     format_name = FORMAT
+    #: The registry's ``schemaType`` this format reads, its name in reasons, the decoder class of
+    #: one schema id, and what a change event's schema is called in reasons.
+    SCHEMA_TYPE = "AVRO"
+    SCHEMA_NAME = "Avro"
+    DECODER: Any = AvroDecoder
+    RECORD = "an Avro record"
     _LEARNT = DebeziumJsonParser._LEARNT + ("_client", "_decoders")
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None):
@@ -347,7 +353,7 @@ class DebeziumAvroParser(DebeziumJsonParser):
     def _forget(self) -> None:
         super()._forget()
         self._client: Any = None
-        self._decoders: dict[int, AvroDecoder] = {}
+        self._decoders: dict[int, Any] = {}
 
     # -- the registry ---------------------------------------------------------------------------
 
@@ -378,25 +384,28 @@ class DebeziumAvroParser(DebeziumJsonParser):
         try:
             stype, text = self._registry_schema(schema_id)
         except UnknownSchema as exc:
-            raise ParseError(FORMAT, f"schema id {schema_id} is not in the schema registry ({exc})", field) from None
-        if stype != "AVRO":
-            raise ParseError(FORMAT, f"schema id {schema_id} is a {stype} schema, not Avro", field)
+            raise ParseError(self.format_name, f"schema id {schema_id} is not in the schema registry ({exc})",
+                             field) from None
+        if stype != self.SCHEMA_TYPE:
+            raise ParseError(self.format_name, f"schema id {schema_id} is a {stype} schema, not {self.SCHEMA_NAME}",
+                             field)
         try:
-            dec = AvroDecoder(schema_id, text)
-        except Exception as exc:  # noqa: BLE001  (not JSON, not a valid Avro schema)
-            raise ParseError(FORMAT, f"schema id {schema_id} is not a valid Avro schema ({type(exc).__name__}: "
-                             f"{exc})", "schema") from None
+            dec = self.DECODER(schema_id, text)
+        except Exception as exc:  # noqa: BLE001  (not JSON, not a valid schema)
+            raise ParseError(self.format_name, f"schema id {schema_id} is not a valid {self.SCHEMA_NAME} schema "
+                             f"({type(exc).__name__}: {exc})", "schema") from None
         if dec.connect.get("type") != "struct":
-            raise ParseError(FORMAT, f"schema id {schema_id} is not an Avro record", "schema")
+            raise ParseError(self.format_name, f"schema id {schema_id} is not {self.RECORD}", "schema")
         if len(self._decoders) < self.MAX_PLANS:
             self._decoders[schema_id] = dec
         return dec
 
-    def read_avro(self, raw: Any, field: str) -> tuple[Any, AvroDecoder]:
-        """``(Connect JSON values, decoder)`` of a wire-format ``raw``; :class:`ParseError` naming ``field``."""
-        schema_id, body = wire_parts(FORMAT, raw, field)
+    def read_registered(self, raw: Any, field: str) -> tuple[Any, Any]:
+        """``(Connect JSON values, decoder)`` of a wire-format ``raw`` (the decoder of its schema
+        id: ``connect``, ``schema_id``); :class:`ParseError` naming ``field``."""
+        schema_id, body = wire_parts(self.format_name, raw, field)
         dec = self.decoder(schema_id, field)
-        return dec.read(FORMAT, body, field), dec
+        return dec.read(self.format_name, body, field), dec
 
     # -- the template's steps -------------------------------------------------------------------
 
@@ -410,10 +419,10 @@ class DebeziumAvroParser(DebeziumJsonParser):
                 raise
             prefix = f"{JSON_FORMAT}: " + (f"field '{exc.field}': " if exc.field else "")
             message = str(exc)
-            raise ParseError(FORMAT, message[len(prefix):] if message.startswith(prefix) else message,
+            raise ParseError(self.format_name, message[len(prefix):] if message.startswith(prefix) else message,
                              exc.field) from None
         if isinstance(result, ControlRecord) and result.source_format == JSON_FORMAT:
-            return replace(result, source_format=FORMAT)
+            return replace(result, source_format=self.format_name)
         return result
 
     def tombstone(self, record: KafkaRecord) -> ControlRecord:
@@ -421,14 +430,14 @@ class DebeziumAvroParser(DebeziumJsonParser):
         cannot be read)."""
         read = self.kafka_key(record.key)
         detail = json.dumps(read[0], ensure_ascii=False) if read else key_detail(record.key)
-        return ControlRecord("tombstone", FORMAT, detail=detail)
+        return ControlRecord("tombstone", self.format_name, detail=detail)
 
     def decode(self, record: KafkaRecord) -> Optional[Event]:
         """The Avro record of the value as the envelope's payload, with the Connect schema of its
         id (``envelope``: the schema id)."""
-        payload, dec = self.read_avro(record.value, "value")
+        payload, dec = self.read_registered(record.value, "value")
         if not isinstance(payload, dict):
-            json_object(FORMAT, payload, "value")  # raises
+            json_object(self.format_name, payload, "value")  # raises
         return Event(record, payload, dec.connect, ("avro", dec.schema_id), self.source_block(payload))
 
     def kafka_key(self, raw: Optional[bytes]) -> Optional[tuple[dict, Optional[dict]]]:
@@ -437,7 +446,7 @@ class DebeziumAvroParser(DebeziumJsonParser):
         if not raw:
             return None
         try:
-            values, dec = self.read_avro(raw, "key")
+            values, dec = self.read_registered(raw, "key")
         except ParseError:
             return None
         if not isinstance(values, dict) or not values:
@@ -457,8 +466,9 @@ class DebeziumAvroParser(DebeziumJsonParser):
                 if not raw or type(raw) is not bytes or len(raw) < HEADER or raw[0] != MAGIC:
                     continue
                 try:
-                    payload, dec = self.read_avro(raw, "value")
+                    payload, dec = self.read_registered(raw, "value")
                 except ParseError:
                     continue
                 yield i, payload, dec.connect, ("avro", dec.schema_id)
         return fast_changes(self, records, payloads())
+

@@ -23,7 +23,7 @@ from cdclake.sim.render_aliyun import aliyun_json
 from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dms import dms_json
-from cdclake.sim.render_debezium_avro import debezium_avro
+from cdclake.sim.render_debezium_avro import debezium_avro, debezium_jsonschema
 from cdclake.sim.render_dts import dts_avro
 from cdclake.sim.render_maxwell import maxwell_json
 from cdclake.sim.render_ogg import ogg_json
@@ -46,6 +46,7 @@ __all__ = [
     "cdl_json",
     "dms_json",
     "debezium_avro",
+    "debezium_jsonschema",
     "dts_avro",
     "maxwell_json",
     "ogg_json",

@@ -1,4 +1,5 @@
-"""Rendering a simulated history as Debezium MySQL change events through Confluent's AvroConverter.
+"""Rendering a simulated history as Debezium MySQL change events through Confluent's AvroConverter
+(:func:`debezium_avro`) and JsonSchemaConverter (:func:`debezium_jsonschema`).
 
 :func:`debezium_avro` renders the same events as :func:`cdclake.sim.render.debezium_json` (one
 message per row change, a tombstone after each delete, the initial snapshot as op ``r``, the
@@ -13,12 +14,18 @@ defined once and referenced after) and registered with ``confluent_kafka.schema_
 the subjects ``<topic>-key`` and ``<topic>-value`` of the connector's topic per table
 (``<server>.<database>.<table>``), in the registry at ``registry_url`` (default:
 :func:`cdclake.sim.registry.registry_url`).
+
+:func:`debezium_jsonschema` renders the same events with JSON Schemas (:func:`json_schema`, as
+Confluent's ``JsonSchemaData.fromConnectSchema`` writes them: ``object``/``properties`` with
+``title`` and ``connect.index``, ``oneOf`` null for optional fields, ``connect.type``,
+``connect.parameters``) and the payload as the JSON document, Connect decimals as JSON numbers.
 """
 from __future__ import annotations
 
 import base64
 import io
 import json
+from decimal import Decimal
 from typing import Any, Mapping, Optional, Sequence
 
 import fastavro
@@ -140,7 +147,12 @@ def debezium_avro(history: Sequence[Transaction], tables: Mapping[str, Table], d
                   server_name: str = "shop", partitions: int = 3, registry_url: Optional[str] = None) -> list[Message]:
     """Debezium MySQL connector messages through the AvroConverter for every change of ``history``
     (see the module docstring; the events are :func:`cdclake.sim.render.debezium_json`'s)."""
-    writer = AvroWriter(registry_url or default_registry_url())
+    return _render(AvroWriter(registry_url or default_registry_url()), history, tables, database, server_name,
+                   partitions)
+
+
+def _render(writer: AvroWriter, history: Sequence[Transaction], tables: Mapping[str, Table], database: str,
+            server_name: str, partitions: int) -> list[Message]:
     out = []
     for m in debezium_json(history, tables, database, server_name, with_schema=True, partitions=partitions):
         key_doc = json.loads(m.key)
@@ -149,3 +161,77 @@ def debezium_avro(history: Sequence[Transaction], tables: Mapping[str, Table], d
         value = None if m.value is None else writer.write(f"{topic}-value", json.loads(m.value))
         out.append(Message(key, value, m.timestamp_ms, m.partition, m.commit_ts_ms, m.rows))
     return out
+
+
+_JSON_NUMBER = {"int8": "integer", "int16": "integer", "int32": "integer", "int64": "integer", "float32": "number",
+                "float": "number", "float64": "number", "double": "number"}
+
+
+def json_schema(schema: Mapping[str, Any], index: Optional[int] = None) -> dict:
+    """The JSON Schema of a Kafka Connect schema, as Confluent's JSON Schema converter writes it
+    (see the module docstring); ``index``: the field's ``connect.index``."""
+    ctype, name = schema.get("type"), schema.get("name")
+    if ctype == "struct":
+        out: dict = {"type": "object", "properties": {f["field"]: json_schema(f, i)
+                                                      for i, f in enumerate(schema.get("fields") or ())}}
+    elif ctype == "array":
+        out = {"type": "array", "items": json_schema(schema["items"])}
+    elif ctype == "map":
+        out = {"type": "object", "additionalProperties": json_schema(schema["values"])}
+    elif name == DECIMAL:
+        out = {"type": "number", "connect.type": "bytes"}
+    elif ctype in _JSON_NUMBER:
+        out = {"type": _JSON_NUMBER[ctype], "connect.type": {"float": "float32", "double": "float64"}.get(ctype, ctype)}
+    elif ctype == "bytes":
+        out = {"type": "string", "connect.type": "bytes"}
+    else:
+        out = {"type": "boolean" if ctype == "boolean" else "string"}
+    if name:
+        out["title"] = name
+    if schema.get("version") is not None:
+        out["connect.version"] = schema["version"]
+    if schema.get("parameters"):
+        out["connect.parameters"] = dict(schema["parameters"])
+    if schema.get("optional"):
+        out = {"oneOf": [{"type": "null"}, out]}
+    if index is not None:
+        out["connect.index"] = index
+    return out
+
+
+def json_document(value: Any, schema: Mapping[str, Any]) -> Any:
+    """A Connect JSON value as the JSON Schema converter writes it: Connect decimals (Base64) as numbers."""
+    if value is None:
+        return None
+    if schema.get("type") == "struct":
+        return {f["field"]: json_document(value.get(f["field"]), f) for f in schema.get("fields") or ()}
+    if schema.get("name") == DECIMAL:
+        scale = int((schema.get("parameters") or {}).get("scale", 0))
+        unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
+        return float(Decimal(unscaled).scaleb(-scale))  # exact text for the simulated decimal(12,2) values
+    return value
+
+
+class JsonSchemaWriter(AvroWriter):
+    """:class:`AvroWriter` for JSON Schema: registers :func:`json_schema` (``schemaType`` JSON) and
+    writes the payload as the JSON document."""
+
+    def write(self, subject: str, doc: dict) -> bytes:
+        from cdclake.formats.debezium_avro import wire_value
+
+        text = json.dumps(doc["schema"], sort_keys=True)
+        kept = self._kept.get(text)
+        if kept is None:
+            sid = self._client.register_schema(subject, self._schema(json.dumps(json_schema(doc["schema"])), "JSON"))
+            kept = self._kept[text] = (sid, None)
+        body = json.dumps(json_document(doc["payload"], doc["schema"]), separators=(",", ":"), ensure_ascii=False)
+        return wire_value(kept[0], body.encode("utf-8"))
+
+
+def debezium_jsonschema(history: Sequence[Transaction], tables: Mapping[str, Table], database: str = DATABASE,
+                        server_name: str = "shop", partitions: int = 3,
+                        registry_url: Optional[str] = None) -> list[Message]:
+    """Debezium MySQL connector messages through the JSON Schema converter for every change of
+    ``history`` (see the module docstring; the events are :func:`cdclake.sim.render.debezium_json`'s)."""
+    return _render(JsonSchemaWriter(registry_url or default_registry_url()), history, tables, database, server_name,
+                   partitions)

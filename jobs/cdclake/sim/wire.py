@@ -14,7 +14,7 @@ from cdclake.sim.render_arcion import arcion_json
 from cdclake.sim.render_cdl import cdl_json
 from cdclake.sim.render_dms import BEFORE_IMAGE_FIELD, dms_json
 from cdclake.sim.registry import registry_url
-from cdclake.sim.render_debezium_avro import debezium_avro
+from cdclake.sim.render_debezium_avro import debezium_avro, debezium_jsonschema
 from cdclake.sim.render_dts import dts_avro
 from cdclake.sim.render_maxwell import maxwell_json
 from cdclake.sim.render_ogg import ogg_json
@@ -70,7 +70,7 @@ _ALIYUN = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.colu
                                         for t in TABLES.values()}}}
 #: GoldenGate's JSON carries keys (``primary_keys``) but no types: every column is configured.
 _OGG = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}}
-#: Debezium Avro needs its schema registry: the embedded stack's (``$CDC_SCHEMA_REGISTRY_URL``), else
+#: Debezium Avro and JSON Schema need their schema registry: the embedded stack's (``$CDC_SCHEMA_REGISTRY_URL``), else
 #: one started in this process (:func:`cdclake.sim.registry.registry_url`).
 _DBZ_AVRO = {"options": {"schema_registry": {"url": registry_url()}}}
 
@@ -88,4 +88,5 @@ WIRE_FORMATS: list[WireFormat] = [
     WireFormat("aliyun-json", "aliyun", aliyun_json, partitions=2, options=_ALIYUN),
     WireFormat("ogg-json", "ogg", ogg_json, partitions=3, options=_OGG),
     WireFormat("debezium-avro", "dbza", debezium_avro, partitions=3, options=_DBZ_AVRO),
+    WireFormat("debezium-jsonschema", "dbzjs", debezium_jsonschema, partitions=2, options=_DBZ_AVRO),
 ]
