@@ -7,8 +7,8 @@ record must give the same output rows, quarantine reasons included. The records 
 hours of the shop rendered as Debezium Avro and as JSON with JSON Schema
 (:mod:`cdclake.sim.render_debezium_avro`), and unusual and malformed variants: Debezium JSON
 documents edited (operations, ``source`` members, positions, transactions, images, column
-order, a PostgreSQL ``source``, values the converters refuse) and written in the format again, Kafka keys of every kind, and wire-format bytes
-that are truncated, carry bytes after the record, a wrong magic byte or an unknown schema id.
+order, a PostgreSQL ``source``, values the converters refuse) and written in the format again,
+Kafka keys of every kind, and wire-format bytes that are truncated, carry bytes after the record, a wrong magic byte or an unknown schema id.
 The fast path must also read nearly all of a simulated hour: else the equality is empty.
 """
 from __future__ import annotations
@@ -85,7 +85,8 @@ def _variants(fmt: str) -> list[tuple]:
     upd_k, upd = _first(docs, "u", "products")
     del_k, dele = _first(docs, "d")
     snap_k, snap = _first(docs, "r")
-    keys = {id(d): _write(fmt, k, "shop.shop.x-key") for k, d in ((ins_k, ins), (upd_k, upd), (del_k, dele), (snap_k, snap))}
+    keys = {id(d): _write(fmt, k, "shop.shop.x-key")
+            for k, d in ((ins_k, ins), (upd_k, upd), (del_k, dele), (snap_k, snap))}
 
     def doc(base, path=(), kafka=None, **members):
         value = _write(fmt, edited_doc(base, ("payload",) + tuple(path), members))

@@ -320,15 +320,18 @@ def mutate_avro(d: Draw, fmt: str, raw: bytes, parser) -> bytes:
     """A structural mutation of an Avro value of ``fmt``, written again (bytes mutation when the
     value cannot be read, or the mutated record cannot be written)."""
     try:
-        if fmt == "debezium-avro":  # the record mutated and written with its schema; sometimes another id
-            from cdclake.formats.debezium_avro import wire_parts, wire_value
+        if fmt in ("debezium-avro", "debezium-jsonschema"):  # the body mutated (Avro: written with its
+            from cdclake.formats.debezium_avro import wire_parts, wire_value  # schema); sometimes another id
 
             schema_id, body = wire_parts(fmt, raw)
-            parsed = parser.decoder(schema_id).parsed
-            record = mutate_tree(d, _avro_read(parsed, body), odd_avro)
+            if fmt == "debezium-jsonschema":
+                body = mutate_json(d, body)
+            else:
+                parsed = parser.decoder(schema_id).parsed
+                body = _avro_write(parsed, mutate_tree(d, _avro_read(parsed, body), odd_avro))
             if d.int(0, 3) == 0:
                 schema_id = d.pick(sorted(parser._decoders) + [0, 2**32 - 1])
-            return wire_value(schema_id, _avro_write(parsed, record))
+            return wire_value(schema_id, body)
         if fmt == "dts-avro":
             record = dts.decode(raw)
             record = mutate_tree(d, record, odd_avro)

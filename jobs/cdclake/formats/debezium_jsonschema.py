@@ -171,10 +171,15 @@ class JsonSchemaDecoder:
             raise ParseError(fmt, f"{field} is not UTF-8 text ({exc.reason} at byte {exc.start + 5})", field) from None
         try:
             doc = json.loads(text, parse_float=Decimal)
-        except (ValueError, RecursionError) as exc:
+        except ValueError as exc:
             raise ParseError(fmt, f"{field} is not valid JSON ({type(exc).__name__}: {str(exc)[:200]})",
                              field) from None
-        return self.convert(doc)
+        except RecursionError:
+            raise ParseError(fmt, f"{field} is nested deeper than the JSON reader can follow", field) from None
+        try:
+            return self.convert(doc)
+        except RecursionError:
+            raise ParseError(fmt, f"{field} is nested deeper than the JSON reader can follow", field) from None
 
 
 class DebeziumJsonSchemaParser(DebeziumAvroParser):

@@ -72,17 +72,24 @@ def json_deeper_than(data: bytes, limit: int) -> bool:
     return json_nesting_depth(text) > limit
 
 
+def is_json_format(fmt: str) -> bool:
+    """Whether format ``fmt``'s values are JSON text whose nesting is limited: a name ending in
+    ``-json``, or in ``-jsonschema`` (JSON after a 5-byte wire-format header)."""
+    return fmt.endswith(("-json", "-jsonschema"))
+
+
 def check_limits(fmt: str, record: KafkaRecord, max_value_bytes: int = MAX_VALUE_BYTES,
                  max_nesting_depth: int = MAX_NESTING_DEPTH) -> None:
     """Raise :class:`ParseError` (field ``value`` or ``key``) when ``record`` passes a limit.
 
     ``max_value_bytes`` bounds the length of the value and of the key, in bytes;
     ``max_nesting_depth`` the nesting of objects and arrays (:func:`json_deeper_than`) of the
-    value and the key of formats whose name ends in ``-json``. The reason names the limit, e.g.
+    value and the key of formats whose name ends in ``-json`` or ``-jsonschema`` (whose JSON
+    follows a 5-byte wire-format header, counted with it). The reason names the limit, e.g.
     ``debezium-json: field 'value': nested deeper than 64 levels (normalize.max_nesting_depth)``.
     Costs one pass counting ``{`` and ``[`` on a value that has no more of them than the depth limit.
     """
-    is_json = fmt.endswith("-json")
+    is_json = is_json_format(fmt)
     for name, data in (("value", record.value), ("key", record.key)):
         if data is None:
             continue

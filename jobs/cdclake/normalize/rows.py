@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Optional
 
 from cdclake.lake import (CHANGE_PYTHON_TYPES, CONTROL_SCHEMA, QUARANTINE_SCHEMA, STAGED_COLUMNS, STAGED_TO_BRONZE,
                           arrow_schema, bronze_row, ddl, ddl_columns, staged_row)
-from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, NOT_OPENING, check_limits
+from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, NOT_OPENING, check_limits, is_json_format
 from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError
 
 
@@ -103,7 +103,7 @@ def classify_records(parser, records: Iterable[tuple[tuple, KafkaRecord]], max_v
     import datetime as dt
 
     fmt = parser.format_name
-    is_json = fmt.endswith("-json")
+    is_json = is_json_format(fmt)
     for kcols, rec in records:
         result = _UNPARSED
         try:
@@ -333,7 +333,7 @@ def fast_rows(parser, items: list[tuple[tuple, KafkaRecord]], fast: list[tuple],
     to ``fast`` for each change of a record it reads (``first``: the record's first row) and return
     the pairs it leaves to :func:`classify_records`, in their order. Records that may be past the
     limits (:func:`check_limits`) are left to it unread; so are tombstones."""
-    is_json = parser.format_name.endswith("-json")
+    is_json = is_json_format(parser.format_name)
     offered, rest = [], []
     for item in items:
         rec = item[1]
