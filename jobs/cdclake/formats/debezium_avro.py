@@ -39,8 +39,8 @@ Options: those of :class:`cdclake.formats.options.SourceOptions` and ``schema_re
 (optional; ``schema_registry.connection: <conn_id>`` in a pipeline file fills it and the url from
 a connection, :func:`cdclake.config.apply_connections`)}``.
 
-Errors (:class:`cdclake.record.ParseError`, format ``debezium-avro``): field ``value`` (or
-``key`` for a tombstone's key, never raised) for a value shorter than the 5-byte header
+Errors (:class:`cdclake.record.ParseError`, format ``debezium-avro``): field ``value`` for a
+value shorter than the 5-byte header
 (``truncated``), a magic byte other than 0, a schema id the registry does not know, an Avro body
 that does not decode with its schema or leaves bytes over; ``schema`` for a registry schema that
 is not an Avro record; then ``debezium-json``'s errors, reworded with this format's name. A
