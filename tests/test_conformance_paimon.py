@@ -24,6 +24,10 @@ from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state fo
   (``aws-dms/table/schemaevolution/aws-dms-data-{1,2,3}.txt``: every column STRING, ``BI_``
   before-image columns in the update) and ``testTableFiledValNull``
   (``aws-dms-data-4.txt``), through ``aws-dms-json`` with the key Paimon's test passes (``id``)
+- the same schema evolution (data-1 to data-4) re-serialised as ``debezium-avro`` and as
+  ``debezium-jsonschema`` (Paimon has no Avro fixtures: each message's Connect schema written as
+  Confluent's AvroConverter / JsonSchemaConverter writes it, registered in the stand-in schema
+  registry, :mod:`cdclake.sim.render_debezium_avro`): the same rows and types as the JSON run
 - ``KafkaCanalSyncTableActionITCase.testSchemaEvolution`` (``canal/table/schemaevolution``),
   ``testMultipleSchemaEvolutions`` (``canal/table/schemaevolutionmultiple``) and
   ``testCDCOperations`` (``canal/table/event``)
@@ -71,10 +75,11 @@ Not applicable here:
 """
 from __future__ import annotations
 
+import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 from conftest import CONFORMANCE, f32, json_lines, produce, write_pipeline
@@ -97,7 +102,25 @@ class Scenario:
     steps: dict[int, list]
     tables: list[str]
     primary_key: Optional[list[str]] = None
-    options: Optional[dict] = None
+    #: how a fixture's line becomes a Kafka value (None: its bytes), and the source's options
+    encode: Optional[Callable[[str], bytes]] = None
+    options: dict = field(default_factory=dict)
+
+
+def _registry_encoder(fmt: str) -> Callable[[str], bytes]:
+    """A Connect JSON line (``schema`` + ``payload``) as a ``fmt`` wire-format value, its schema
+    registered in the stand-in registry."""
+    from cdclake.sim.registry import registry_url
+    from cdclake.sim.render_debezium_avro import AvroWriter, JsonSchemaWriter
+
+    writer = (AvroWriter if fmt == "debezium-avro" else JsonSchemaWriter)(registry_url())
+    return lambda line: writer.write("test.product-value", json.loads(line))
+
+
+def _registry_options() -> dict:
+    from cdclake.sim.registry import registry_url
+
+    return {"options": {"schema_registry": {"url": registry_url()}}}
 
 
 SCENARIOS = {s.tag: s for s in [
@@ -116,6 +139,10 @@ SCENARIOS = {s.tag: s for s in [
     Scenario("includeevol", "debezium-json",
              {i: [f"debezium/table/schema/schemaevolution/debezium-data-{i + 1}.txt"] for i in range(5)},
              ["test__product"], ["id"]),
+    # the same evolution (data-1..4) in Avro and in JSON with JSON Schema through the schema registry
+    *[Scenario(tag, fmt, {i: [f"debezium/table/schema/schemaevolution/debezium-data-{i + 1}.txt"] for i in range(4)},
+               ["test__product"], ["id"], _registry_encoder(fmt), _registry_options())
+      for tag, fmt in (("avroevol", "debezium-avro"), ("jsevol", "debezium-jsonschema"))],
     # testKafkaBuildSchemaWithDelete: the schema is built from a delete record
     Scenario("withdelete", "debezium-json",
              {0: ["debezium/table/schema/schemaevolution/debezium-data-with-delete.txt"]},
@@ -148,10 +175,10 @@ SCENARIOS = {s.tag: s for s in [
     # KafkaMaxwellSyncTableActionITCase.testSchemaEvolution: pk id, no types in the messages
     Scenario("maxevol", "maxwell-json",
              {i: [f"maxwell/table/schemaevolution/maxwell-data-{i + 1}.txt"] for i in range(3)},
-             ["test__product"], ["id"], {"without_position": "kafka-order"}),
+             ["test__product"], ["id"], options={"options": {"without_position": "kafka-order"}}),
     # KafkaMaxwellSyncTableActionITCase.testFieldValNullSyncTable: maxwell-data-4.txt only, pk id
     Scenario("maxnull", "maxwell-json", {0: ["maxwell/table/schemaevolution/maxwell-data-4.txt"]},
-             ["test__product"], ["id"], {"without_position": "kafka-order"}),
+             ["test__product"], ["id"], options={"options": {"without_position": "kafka-order"}}),
     # AliyunJsonRecordParserTest: insert (a full-load row), update in one message, delete; key from schema.primaryKey
     Scenario("aliyunevent", "aliyun-json",
              {0: ["aliyun/table/event/event-insert.txt"], 1: ["aliyun/table/event/event-update-in-one.txt"],
@@ -180,6 +207,8 @@ ROW_TYPES = {
     ("includeevol", 1): _DBZ_INCL + [("age", "INT")],
     ("includeevol", 2): _DBZ_INCL + [("age", "BIGINT")],
     ("includeevol", 3): _DBZ_INCL + [("age", "BIGINT")],  # int64 → int32 ignored
+    **{(tag, i): ([*_DBZ_INCL, ("age", "INT" if i < 2 else "BIGINT")] if i else _DBZ_INCL)
+       for tag in ("avroevol", "jsevol") for i in range(4)},
     ("withdelete", 0): _DBZ_STR,
     ("evol", 0): _DBZ_STR,
     ("evol", 1): _DBZ_STR + [("age", "STRING")],
@@ -356,15 +385,14 @@ def paimon_run(stack, spark):
         for h, files in sorted(sc.steps.items()):
             values = []
             for f in files:
-                values += [None] if f is TOMBSTONE else json_lines(KAFKA / f)
+                lines = [None] if f is TOMBSTONE else json_lines(KAFKA / f)
+                values += [v if v is None or sc.encode is None else sc.encode(v) for v in lines]
             records += [(0, ms(hour(h)) + 1000 + i, None, v) for i, v in enumerate(values)]
         produce(stack["bootstrap"], topic, records)
         src = {"topic": topic, "format": sc.fmt, "table_prefix": f"{sc.tag}_"}
         if sc.primary_key:
             src["primary_key"] = sc.primary_key
-        if sc.options:
-            src["options"] = sc.options
-        sources.append(src)
+        sources.append({**src, **sc.options})
     path = write_pipeline(f"paimon_{u}", sources, silver={"namespace": ns})
     cfg = load_pipeline(path)
     hours = []
@@ -431,6 +459,19 @@ def test_debezium_schema_include_evolution(paimon_run, step):
     assert_types(s, ("includeevol", step))
     want = expected_rows("debezium-misc.txt", f"## after data-{step + 1}")
     assert as_paimon_rows(s, columns_of(("includeevol", step))) == want
+
+
+@pytest.mark.parametrize("tag", ["avroevol", "jsevol"])
+@pytest.mark.parametrize("step", [0, 1, 2, 3], ids=["data-1", "data-2-add-column", "data-3-int32-to-int64",
+                                                  "data-4-int64-to-int32-ignored"])
+def test_debezium_registry_formats_schema_include_evolution(paimon_run, tag, step):
+    """The same evolution in ``debezium-avro`` and ``debezium-jsonschema``: Paimon's rows and types
+    after each of data-1..4, as ``debezium-json`` reaches them (each new Connect schema a new
+    registry schema id)."""
+    s = snap(paimon_run, step, tag)
+    assert_types(s, (tag, step))
+    want = expected_rows("debezium-misc.txt", f"## after data-{step + 1}")
+    assert as_paimon_rows(s, columns_of((tag, step))) == want
 
 
 def test_debezium_schema_include_int64_to_string_fails(paimon_run):
