@@ -431,3 +431,20 @@ def test_json_schema_decimals_as_numbers_are_read_exactly_at_their_scale():
     with pytest.raises(ParseError) as info:
         parser(fmt).parse(krec(wire_value(sid, body.replace(b"123.45", b"1.234")), avro(key(1), "t-key", fmt)))
     assert info.value.field == "after.amount" and "more than 2 fraction digits" in str(info.value)
+
+
+def test_json_schema_values_have_the_nesting_limit_of_json_formats():
+    """normalize's ``max_nesting_depth`` applies to the JSON after the wire-format header (a
+    deeply nested document would exhaust the reader's stack)."""
+    from test_normalize_containment import LANDED
+
+    from cdclake.normalize.rows import classify_records
+    from cdclake.record import KafkaRecord
+
+    fmt = "debezium-jsonschema"
+    sid, body = wire_parts(fmt, avro(event("c", None, {"id": 1, "name": "a"}), fmt=fmt))
+    deep = wire_value(sid, body.replace(b'"ts_ms":1700000000100', b'"ts_ms":' + b"[" * 65 + b"]" * 65))
+    records = [(("t", 0, 0, 0, LANDED), KafkaRecord("t", 0, 0, 0, None, deep))]
+    ((kind, row),) = list(classify_records(parser(fmt), records))
+    assert kind == "quarantine" and row[6] == (f"{fmt}: field 'value': nested deeper than 64 levels "
+                                               "(normalize.max_nesting_depth)")
