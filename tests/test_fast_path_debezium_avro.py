@@ -9,7 +9,8 @@ hours of the shop rendered as Debezium Avro and as JSON with JSON Schema
 documents edited (operations, ``source`` members, positions, transactions, images, column
 order, a PostgreSQL ``source``, values the converters refuse) and written in the format again,
 Kafka keys of every kind, and wire-format bytes that are truncated, carry bytes after the
-record, a wrong magic byte or an unknown schema id. The fast path must also read nearly all of a simulated hour: else the equality is empty.
+record, a wrong magic byte or an unknown schema id. The fast path must also read nearly all of a
+simulated hour: else the equality is empty.
 """
 from __future__ import annotations
 
