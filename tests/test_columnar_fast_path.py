@@ -82,7 +82,7 @@ FAST_PATH_TESTS = {"aliyun-json": "test_fast_path_aliyun", "arcion-json": "test_
                    "debezium-jsonschema": "test_fast_path_debezium_avro", "dts-avro": "test_fast_path_dts",
                    "maxwell-json": "test_fast_path_maxwell", "ogg-json": "test_fast_path_ogg",
                    "qlik-avro": "test_fast_path_qlik", "qlik-json": "test_fast_path_qlik",
-                   "shareplex-json": "test_fast_path_shareplex"}
+                   "shareplex-json": "test_fast_path_shareplex", "auto": "test_formats_auto"}
 
 
 def test_every_format_has_a_fast_path_compared_record_by_record():

@@ -1,7 +1,8 @@
 """The vendor formats: a closed list from format name to parser class.
 
 One module (or package) per vendor format; each cites the document it implements, and each parser
-class derives from the parser template :class:`cdclake.formats.base.FormatParser`. A parser class
+class derives from the parser template :class:`cdclake.formats.base.FormatParser`; ``auto``
+(:mod:`cdclake.formats.auto`) reads each record with the parser of the format detected in it. A parser class
 is built with the source's options from the pipeline YAML (see :meth:`get_parser`).
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Mapping, Optional
 
 from cdclake.formats.aliyun import AliyunJsonParser
 from cdclake.formats.arcion import ArcionJsonParser
+from cdclake.formats.auto import AutoParser
 from cdclake.formats.canal import CanalJsonParser
 from cdclake.formats.cdl import CdlJsonParser
 from cdclake.formats.debezium import DebeziumJsonParser
@@ -27,6 +29,8 @@ from cdclake.record import ParseError, RecordParser, SchemaAwareParser, parse_al
 FORMATS: dict[str, type] = {
     "aliyun-json": AliyunJsonParser,
     "arcion-json": ArcionJsonParser,
+    # every record in whichever of the formats above it is in (cdclake.formats.detect)
+    "auto": AutoParser,
     "aws-dms-json": AwsDmsJsonParser,
     "canal-json": CanalJsonParser,
     "cdl-json": CdlJsonParser,

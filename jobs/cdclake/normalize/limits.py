@@ -85,7 +85,8 @@ def check_limits(fmt: str, record: KafkaRecord, max_value_bytes: int = MAX_VALUE
     ``max_value_bytes`` bounds the length of the value and of the key, in bytes;
     ``max_nesting_depth`` the nesting of objects and arrays (:func:`json_deeper_than`) of the
     value and the key of formats whose name ends in ``-json`` or ``-jsonschema`` (whose JSON
-    follows a 5-byte wire-format header, counted with it). The reason names the limit, e.g.
+    follows a 5-byte wire-format header, counted with it), and for ``auto`` of a value or key that
+    is JSON text (starting with ``{`` or ``[``). The reason names the limit, e.g.
     ``debezium-json: field 'value': nested deeper than 64 levels (normalize.max_nesting_depth)``.
     Costs one pass counting ``{`` and ``[`` on a value that has no more of them than the depth limit.
     """
@@ -96,7 +97,7 @@ def check_limits(fmt: str, record: KafkaRecord, max_value_bytes: int = MAX_VALUE
         if len(data) > max_value_bytes:
             raise ParseError(fmt, f"{len(data)} bytes, more than the limit of {max_value_bytes} bytes "
                                   "(normalize.max_value_bytes)", name)
-        if is_json and json_deeper_than(data, max_nesting_depth):
+        if (is_json or fmt == "auto" and data.lstrip()[:1] in (b"{", b"[")) and json_deeper_than(data, max_nesting_depth):
             raise ParseError(fmt, f"nested deeper than {max_nesting_depth} levels (normalize.max_nesting_depth)",
                              name)
 

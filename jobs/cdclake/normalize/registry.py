@@ -83,11 +83,18 @@ def register_schemas(spark: "SparkSession", cfg: PipelineConfig, raw, parsers: d
     found.createOrReplaceTempView("_cdc_new_schemas")
     spark.sql(f"MERGE INTO {qualified(cfg, REGISTRY_TABLE)} t USING _cdc_new_schemas s "
               "ON t.source_format = s.source_format AND t.schema_id = s.schema_id WHEN NOT MATCHED THEN INSERT *")
-    formats = sorted({p.format_name for p in aware.values()})
+    formats = sorted({f for p in aware.values() for f in schema_formats(p)})
     stored: dict[str, list[SchemaEntry]] = {f: [] for f in formats}
     for r in spark.table(qualified(cfg, REGISTRY_TABLE)).where(F.col("source_format").isin(formats)).collect():
         stored[r.source_format].append(SchemaEntry(r.source_format, r.schema_id, r.table_version, r.source_schema,
                                                    r.source_table, r.definition))
     for fmt, es in stored.items():
         log.info("schema registry: %d table definitions of format %s", len(es), fmt)
-    return {t: (aware[t].with_schemas(stored[aware[t].format_name]) if t in aware else p) for t, p in parsers.items()}
+    return {t: (aware[t].with_schemas([e for f in schema_formats(aware[t]) for e in stored[f]]) if t in aware else p)
+            for t, p in parsers.items()}
+
+
+def schema_formats(parser: SchemaAwareParser) -> tuple[str, ...]:
+    """The formats whose stored entries ``parser`` takes: its ``schema_formats`` (``auto``: every
+    schema-aware format it may detect), else its own format."""
+    return tuple(getattr(parser, "schema_formats", None) or (parser.format_name,))

@@ -333,7 +333,7 @@ def fast_rows(parser, items: list[tuple[tuple, KafkaRecord]], fast: list[tuple],
     to ``fast`` for each change of a record it reads (``first``: the record's first row) and return
     the pairs it leaves to :func:`classify_records`, in their order. Records that may be past the
     limits (:func:`check_limits`) are left to it unread; so are tombstones."""
-    is_json = is_json_format(parser.format_name)
+    is_json = is_json_format(parser.format_name) or parser.format_name == "auto"  # an upper bound: see check_limits
     offered, rest = [], []
     for item in items:
         rec = item[1]
