@@ -1,0 +1,117 @@
+"""``python -m cdclake inspect``: a topic of every wire format on the embedded broker is named by its
+format, and the pipeline file inspect prints runs as written: one run (land, normalize, silver)
+of that file over every topic gives silver tables equal to the simulated source.
+
+Also the value-based type guesses (:func:`cdclake.inspection.guess_type`) and the command's
+errors.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+from conftest import STATE, write_pipeline
+from pipeline import H0, run_window
+
+from cdclake import sim
+from cdclake.config import load_pipeline
+from cdclake.inspection import guess_type, main
+from cdclake.sim.compare import compare_table
+from cdclake.sim.wire import WIRE_FORMATS
+from cdclake.types import quote_ident
+
+
+@pytest.mark.parametrize("values, raw, want", [
+    (["1", "-20"], [], "bigint"),
+    (["1.5", "2.25"], [], "double"),
+    (["1.50", "2.25", "3"], [], "decimal(38,2)"),
+    (["1.5", "2.25"], ["1.50", "2.25"], "decimal(38,2)"),
+    (["16.318", "2.197"], [], "double"),
+    (["1e5", "2"], [], "double"),
+    (["2024-01-01", "1999-12-31"], [], "date"),
+    (["2024-01-01 00:00:23.650", "2024-01-01T00:00:01.123456789"], [], "timestamp"),
+    (["2024-01-01 00:00:00", "2024-02-01T00:00:00.000"], [], "date"),
+    (["S3NfQiRtlg8=", "5SkGHvpaejo="], [], "binary"),
+    (["0x4B735F42246D960F"], [], "binary"),
+    (["paid", "sent"], [], "string"),
+    (["true", "false"], [], "boolean"),
+    (["Light Tent", "x"], [], "string"),
+    ([], [], None),
+])
+def test_guess_type(values, raw, want):
+    assert guess_type(values, raw) == want
+
+
+@pytest.fixture(scope="module")
+def inspected(stack, spark):
+    u = uuid.uuid4().hex[:6]
+    src = sim.SimulatedSource(seed=37, start=H0, hours=1)
+    history = src.run()
+    topics = {}
+    for wf in WIRE_FORMATS:
+        topic = f"insp.{wf.tag}.{u}"
+        sim.create_topic(stack["bootstrap"], topic, wf.partitions)
+        sim.produce(stack["bootstrap"], topic, wf.messages(history, src.tables))
+        topics[wf.format] = topic
+    ns = f"inspected_{u}"
+    base = write_pipeline(f"_base_{u}", [{"topic": topics["canal-json"], "format": "auto"}], silver={"namespace": ns})
+    argv = ["--pipeline", str(base), "--sample", "5000"] + [a for t in topics.values() for a in ("--topic", t)]
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    base.unlink()
+    text = out.getvalue()
+    path = STATE / "pipelines" / f"inspected_{u}.yaml"
+    path.write_text(text)
+    result = run_window(spark, path, 0, 1)
+    tables = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN lake.{quote_ident(ns)}").collect()]
+    return {"code": code, "text": text, "topics": topics, "src": src, "ns": ns, "tables": tables, "path": path,
+            "result": result}
+
+
+def test_inspect_names_the_format_of_every_topic(inspected):
+    assert inspected["code"] == 0
+    doc = yaml.safe_load(inspected["text"])
+    formats = {s["topic"]: s["format"] for s in doc["sources"]}
+    assert formats == {t: f for f, t in inspected["topics"].items()}
+    for fmt, topic in inspected["topics"].items():
+        assert f"# topic {topic}: " in inspected["text"]
+    assert inspected["text"].count("#   format: ") == len(WIRE_FORMATS)
+    assert "guess from the values seen: confirm" in inspected["text"]
+    load_pipeline(inspected["path"])  # a valid pipeline file as printed
+
+
+@pytest.mark.parametrize("fmt", [w.format for w in WIRE_FORMATS])
+def test_the_printed_pipeline_gives_silver_equal_to_the_source(spark, inspected, fmt):
+    topic, src = inspected["topics"][fmt], inspected["src"]
+    n = inspected["result"]["normalize"][topic]
+    assert n["quarantined"] == 0 and n["changes"] > 0, (fmt, n)
+    prefix = topic.replace(".", "_") + "_"
+    for table in ("customers", "products", "orders"):
+        (name,) = [t for t in inspected["tables"] if t.startswith(prefix) and t.endswith(f"__{table}")]
+        rows = [r.asDict() for r in spark.table(f"lake.{quote_ident(inspected['ns'])}.{quote_ident(name)}").collect()]
+        diffs = compare_table(src.final_state()[table], rows, list(src.tables[table].primary_key))
+        assert not diffs, (fmt, table, diffs)
+
+
+def test_the_command_line(stack, inspected):
+    """``python -m cdclake inspect`` prints the same pipeline file for one topic; errors exit 1 or 2."""
+    env = {**os.environ, "CDC_KAFKA_BOOTSTRAP": stack["bootstrap"]}
+    topic = inspected["topics"]["maxwell-json"]
+    done = subprocess.run([sys.executable, "-m", "cdclake", "inspect", "--topic", topic], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (source,) = yaml.safe_load(done.stdout)["sources"]
+    assert source["format"] == "maxwell-json" and source["options"]["column_types"]["orders"]["amount"] == "decimal(38,2)"
+    missing = subprocess.run([sys.executable, "-m", "cdclake", "inspect", "--topic", "no.such.topic"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    usage = subprocess.run([sys.executable, "-m", "cdclake"], env=env, capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "usage" in usage.stderr
