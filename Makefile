@@ -7,6 +7,8 @@
 #   make bench-profile - the parsers alone with a cProfile listing (PROFILE_ARGS="--events 50000")
 #   make bench-silver-profile - silver alone on the last bench run's lake, jobs by step (SILVER_PROFILE_ARGS)
 #   make cluster - a Spark standalone master and worker on loopback; make cluster-stop ends them
+#   make inspect TOPIC=t - sample a topic, name its format, tables, keys and types, print a pipeline file for it
+#                 (INSPECT_ARGS="--pipeline config/pipelines/demo.yaml --sample 500"; the embedded stack's broker by default)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -16,7 +18,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo test test-extended imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock clean
+.PHONY: all deps venv demo inspect test test-extended imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock clean
 
 all: test
 
@@ -50,6 +52,11 @@ stack-down:
 
 demo: venv
 	$(PY) -m cdclake.demo
+
+# python -m cdclake inspect: the report as comments, then a pipeline file (redirect it into config/pipelines/)
+inspect: venv
+	@test -n "$(TOPIC)" || { echo "usage: make inspect TOPIC=<topic> [INSPECT_ARGS=...]" >&2; exit 2; }
+	@$(PY) -m cdclake inspect --topic "$(TOPIC)" $(INSPECT_ARGS)
 
 # Two pytest processes (pytest-xdist), each with its own broker, catalog and Spark session; a
 # module's tests stay in one process (--dist loadfile). PYTEST_WORKERS=0 runs them in this one.

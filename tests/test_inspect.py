@@ -1,6 +1,7 @@
 """``python -m cdclake inspect``: a topic of every wire format on the embedded broker is named by its
-format, and the pipeline file inspect prints runs as written: one run (land, normalize, silver)
-of that file over every topic gives silver tables equal to the simulated source.
+format, a topic holding both Qlik envelopes gets ``format: auto``, and the pipeline file inspect
+prints runs as written: one run (land, normalize, silver) of that file over every topic gives
+silver tables equal to the simulated source.
 
 Also the value-based type guesses (:func:`cdclake.inspection.guess_type`) and the command's
 errors.
@@ -57,6 +58,14 @@ def inspected(stack, spark):
         sim.create_topic(stack["bootstrap"], topic, wf.partitions)
         sim.produce(stack["bootstrap"], topic, wf.messages(history, src.tables))
         topics[wf.format] = topic
+    # one topic holding the same history in both Qlik envelopes: read with format auto (its metadata
+    # messages through the schema registry), the same rows twice over
+    wire = {w.format: w for w in WIRE_FORMATS}
+    mixed = [m for pair in zip(wire["qlik-json"].messages(history, src.tables), wire["qlik-avro"].messages(
+        history, src.tables)) for m in pair]
+    topics["auto"] = f"insp.mixed.{u}"
+    sim.create_topic(stack["bootstrap"], topics["auto"], 1)
+    sim.produce(stack["bootstrap"], topics["auto"], mixed)
     ns = f"inspected_{u}"
     base = write_pipeline(f"_base_{u}", [{"topic": topics["canal-json"], "format": "auto"}], silver={"namespace": ns})
     argv = ["--pipeline", str(base), "--sample", "5000"] + [a for t in topics.values() for a in ("--topic", t)]
@@ -83,12 +92,12 @@ def test_inspect_names_the_format_of_every_topic(inspected):
     assert formats == {t: f for f, t in inspected["topics"].items()}
     for fmt, topic in inspected["topics"].items():
         assert f"# topic {topic}: " in inspected["text"]
-    assert inspected["text"].count("#   format: ") == len(WIRE_FORMATS)
+    assert inspected["text"].count("#   format: ") == len(WIRE_FORMATS) + 1
     assert "guess from the values seen: confirm" in inspected["text"]
     load_pipeline(inspected["path"])  # a valid pipeline file as printed
 
 
-@pytest.mark.parametrize("fmt", [w.format for w in WIRE_FORMATS])
+@pytest.mark.parametrize("fmt", [w.format for w in WIRE_FORMATS] + ["auto"])
 def test_the_printed_pipeline_gives_silver_equal_to_the_source(spark, inspected, fmt):
     topic, src = inspected["topics"][fmt], inspected["src"]
     n = inspected["result"]["normalize"][topic]
