@@ -31,6 +31,11 @@ debezium-json      a Kafka Connect payload (enveloped or bare) that is a change 
                    Arcion's, CDL's (Debezium 2.0 flavour of CDL included) or DataWorks'
 =================  ================================================================================
 
+A format framed as Confluent's wire format (a ``0`` byte, a 4-byte schema id, then Avro or JSON)
+adds one rule on that framing; DTS Avro values also start with a ``0`` byte (the version), so such
+a rule also requires the value not to be a whole DTS record (``not _dts_avro(probe)``), and the
+ambiguity check quarantines any value both rules still match.
+
 A Kafka Connect payload is ``payload`` of a ``{"schema", "payload"}`` object, else the object
 itself (``schemas.enable=false``). An empty value (a Kafka tombstone) is no format's: the ``auto``
 parser makes it a ``tombstone`` control record of its own.
