@@ -124,3 +124,31 @@ def test_the_command_line(stack, inspected):
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     usage = subprocess.run([sys.executable, "-m", "cdclake"], env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_what_inspect_reports_without_a_broker():
+    """Unknown values and tombstones counted (the reasons shown), a topic of two formats gets
+    ``format: auto``, AWS DMS keys and before image field found from the messages."""
+    from helpers import landed
+
+    from cdclake.inspection import inspect_records, pipeline_text
+    from cdclake.record import KafkaRecord
+
+    src = sim.SimulatedSource(seed=5, start=H0, hours=1)
+    history = src.run()
+    wire = {w.format: w for w in WIRE_FORMATS}
+    bad = [KafkaRecord("t", 9, 0, 0, None, b"garbage"), KafkaRecord("t", 9, 1, 0, b"k", None)]
+    seen = inspect_records("t", landed(wire["canal-json"].messages(history, src.tables), topic="t")[:50] + bad)
+    assert seen.format == "canal-json" and seen.formats["unknown"] == 1 and seen.formats["tombstone"] == 1
+    text = pipeline_text([seen])
+    assert "matches no known format: 7 bytes starting b'garbage'" in text and "partition 9: offsets 0..1" in text
+    mixed = landed(wire["canal-json"].messages(history, src.tables)[:20] + wire["ogg-json"].messages(
+        history, src.tables)[:20], topic="t")
+    assert inspect_records("t", mixed).format == "auto"
+    dms = inspect_records("t", landed(wire["aws-dms-json"].messages(history, src.tables), topic="t"))
+    assert not dms.errors
+    assert dms.options["before_image_field"] == "before-image"
+    assert dms.options["primary_keys"] == {"products": ["id"], "customers": ["id"], "orders": ["id"]}
+    doc = yaml.safe_load(pipeline_text([dms]))
+    assert doc["sources"][0]["options"]["column_types"]["products"] == {
+        "id": "bigint", "price": "decimal(38,2)", "weight": "double", "stock": "bigint", "code": "binary"}

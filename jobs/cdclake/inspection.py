@@ -226,6 +226,8 @@ def _parse(fmt: str, options: dict, records: list[KafkaRecord]) -> list:
             out.append((r, parser.parse(r)))
         except ParseError as exc:
             out.append((r, exc))
+        except Exception as exc:  # noqa: BLE001  (normalize quarantines it too: report it, do not stop)
+            out.append((r, ParseError(fmt, f"{type(exc).__name__}: {exc}", "value")))
     return out
 
 
@@ -413,6 +415,9 @@ def pipeline_text(seens: list[TopicSeen], base: Optional[dict] = None) -> str:
     lines.append(yaml.safe_dump(sections, sort_keys=False).rstrip())
     lines.append("sources:")
     for s in seens:
+        if s.format is None:
+            lines.append(f"  # topic {s.topic}: no record of a known format, left out")
+            continue
         prefix = re.sub(r"[^A-Za-z0-9]+", "_", s.topic).strip("_") + "_" if len(seens) > 1 else None
         lines += source_entry(s, prefix)
     if base.get("silver"):
