@@ -26,6 +26,10 @@ from cdclake.sim.wire import WIRE_FORMATS
 from cdclake.types import quote_ident
 
 
+#: Producer settings: batches (the order of a partition kept by idempotence), for a quicker set-up.
+BATCHED = {"batch.num.messages": 10_000, "enable.idempotence": True}
+
+
 @pytest.mark.parametrize("values, raw, want", [
     (["1", "-20"], [], "bigint"),
     (["1.5", "2.25"], [], "double"),
@@ -56,7 +60,7 @@ def inspected(stack, spark):
     for wf in WIRE_FORMATS:
         topic = f"insp.{wf.tag}.{u}"
         sim.create_topic(stack["bootstrap"], topic, wf.partitions)
-        sim.produce(stack["bootstrap"], topic, wf.messages(history, src.tables))
+        sim.produce(stack["bootstrap"], topic, wf.messages(history, src.tables), BATCHED)
         topics[wf.format] = topic
     # one topic holding the same history in both Qlik envelopes: read with format auto (its metadata
     # messages through the schema registry), the same rows twice over
@@ -65,7 +69,7 @@ def inspected(stack, spark):
         history, src.tables)) for m in pair]
     topics["auto"] = f"insp.mixed.{u}"
     sim.create_topic(stack["bootstrap"], topics["auto"], 1)
-    sim.produce(stack["bootstrap"], topics["auto"], mixed)
+    sim.produce(stack["bootstrap"], topics["auto"], mixed, BATCHED)
     ns = f"inspected_{u}"
     base = write_pipeline(f"_base_{u}", [{"topic": topics["canal-json"], "format": "auto"}], silver={"namespace": ns})
     argv = ["--pipeline", str(base), "--sample", "5000"] + [a for t in topics.values() for a in ("--topic", t)]
