@@ -6,7 +6,8 @@ source's options). A record of one format gets exactly that format's result or e
 that matches no format, or several, is a :class:`ParseError` of format ``auto``, field ``value``
 (quarantined, with what was seen); an empty value (a Kafka tombstone) carries no format: it is a
 ``tombstone`` control record of format ``auto`` whose detail is the Kafka key as text (as the
-Kafka Connect formats give it). The bronze rows name the detected format
+Kafka Connect formats give it; a key in Confluent's wire format is not decoded, as the value names
+no format). The bronze rows name the detected format
 (``source_format``); a quarantined record's ``source_format`` is ``auto`` and its reason names the
 format whose parser refused it.
 
@@ -30,7 +31,8 @@ from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult, 
 class AutoParser(SchemaAwareParser):
     """Parser of ``auto`` sources: ``AutoParser(options).parse(rec)`` (see the module docstring).
 
-    ``options``: the source's options (``ValueError`` when one format's parser refuses them).
+    ``options``: the source's options, handed to each format's parser when its first record comes
+    (a format that refuses them quarantines its records; see :meth:`parser`).
     :meth:`parse` gives the detected format's result or raises its :class:`ParseError`, or a
     ``ParseError("auto", ..., "value")`` when detection fails. :meth:`fast_parse` hands each
     detected format's records to that format's fast path.
@@ -43,22 +45,34 @@ class AutoParser(SchemaAwareParser):
         from cdclake.formats import FORMATS
 
         self._options = dict(options or {})
+        self._classes = {name: cls for name, cls in FORMATS.items() if cls is not AutoParser}
+        #: The parsers made so far, per format: each is made when a record of its format first comes.
         self.parsers: dict[str, Any] = {}
-        for name, cls in FORMATS.items():
-            if cls is AutoParser:
-                continue
-            parser = cls(dict(self._options))
-            if isinstance(parser, SchemaAwareParser):
-                parser = parser.with_schemas([e for e in entries if e.source_format == name])
-            self.parsers[name] = parser
         #: The formats whose stored schema entries this parser takes (:meth:`with_schemas`).
-        self.schema_formats = tuple(sorted(n for n, p in self.parsers.items() if isinstance(p, SchemaAwareParser)))
+        self.schema_formats = tuple(sorted(n for n, c in self._classes.items() if issubclass(c, SchemaAwareParser)))
         self._entries = list(entries)
+
+    def parser(self, name: str):
+        """The parser of format ``name`` with the source's options (a schema-aware one holding its
+        entries), made on first use. Raises :class:`ParseError` (field ``value``) when that format
+        refuses the source's options (e.g. ``debezium-avro`` without ``schema_registry``): the
+        record is quarantined, the other formats' records are read."""
+        parser = self.parsers.get(name)
+        if parser is None:
+            try:
+                parser = self._classes[name](dict(self._options))
+            except ValueError as exc:
+                raise ParseError(FORMAT, f"a {name} record, and the source's options do not fit {name}: {exc}",
+                                 "value") from None
+            if isinstance(parser, SchemaAwareParser):
+                parser = parser.with_schemas([e for e in self._entries if e.source_format == name])
+            self.parsers[name] = parser
+        return parser
 
     def parser_for(self, record: KafkaRecord):
         """The parser of the format detected in ``record`` (non-empty value); raises the
-        detection's :class:`ParseError`."""
-        return self.parsers[detect(record.value)]
+        detection's :class:`ParseError`, or :meth:`parser`'s."""
+        return self.parser(detect(record.value))
 
     def parse(self, record: KafkaRecord) -> ParseResult:
         """The detected format's result for ``record`` (see the class docstring)."""
@@ -80,7 +94,10 @@ class AutoParser(SchemaAwareParser):
             except ParseError:
                 continue
         for name, idx in groups.items():
-            parser = self.parsers[name]
+            try:
+                parser = self.parser(name)
+            except ParseError:
+                continue
             if not getattr(parser, "FAST_PATH", False):
                 continue
             for i, result in zip(idx, parser.fast_parse([records[i] for i in idx])):

@@ -25,16 +25,22 @@ cdl-json           a Kafka Connect payload holding ``message_version`` other tha
 arcion-json        a Kafka Connect payload with ``op`` and a ``source`` block whose ``connector`` is
                    upper case (``MYSQL``, ``ORACLE``: Replicant's spelling), without ``transaction``
                    or ``message_version``
+debezium-avro      Confluent's wire format (a ``0`` byte, a 4-byte schema id) whose body does not
+                   start with ``{`` (a Debezium value's first Avro byte is a union index, 0 or 2),
+                   and not a whole DTS Avro record
+debezium-jsonschema  Confluent's wire format whose body starts with ``{`` (JsonSchemaConverter's JSON)
 debezium-json      a Kafka Connect payload (enveloped or bare) that is a change (``op`` and a
                    ``source`` block), a transaction marker (``status`` ``BEGIN``/``END``), a schema
                    change (``ddl``, ``historyRecord``, ``tableChanges``) or a heartbeat, and is not
                    Arcion's, CDL's (Debezium 2.0 flavour of CDL included) or DataWorks'
 =================  ================================================================================
 
-A format framed as Confluent's wire format (a ``0`` byte, a 4-byte schema id, then Avro or JSON)
-adds one rule on that framing; DTS Avro values also start with a ``0`` byte (the version), so such
-a rule also requires the value not to be a whole DTS record (``not _dts_avro(probe)``), and the
-ambiguity check quarantines any value both rules still match.
+The two formats framed as Confluent's wire format (a ``0`` byte, a 4-byte schema id, then Avro or
+JSON) are told apart by the body; DTS Avro values also start with a ``0`` byte (the version), so
+the Avro rule also requires the value not to be a whole DTS record (``not _dts_avro(probe)``), and
+the ambiguity check quarantines any value both rules still match. Whether the schema id is known
+is the registry's to say: the detected format's parser quarantines a value the registry does not
+know.
 
 A Kafka Connect payload is ``payload`` of a ``{"schema", "payload"}`` object, else the object
 itself (``schemas.enable=false``). An empty value (a Kafka tombstone) is no format's: the ``auto``
@@ -119,6 +125,23 @@ def _dts_avro(p: Probe) -> bool:
     return True
 
 
+def _confluent_body(p: Probe) -> Optional[bytes]:
+    """The body of a value framed as Confluent's wire format (magic byte ``0``, a 4-byte
+    big-endian schema id), or None."""
+    v = p.value
+    return v[5:] if len(v) > 5 and v[0] == 0 else None
+
+
+def _debezium_avro(p: Probe) -> bool:
+    body = _confluent_body(p)
+    return body is not None and body[:1] != b"{" and not _dts_avro(p)
+
+
+def _debezium_jsonschema(p: Probe) -> bool:
+    body = _confluent_body(p)
+    return body is not None and body[:1] == b"{"
+
+
 def _canal(p: Probe) -> bool:
     o = p.obj
     return o is not None and "isDdl" in o and "type" in o and ("data" in o or "pkNames" in o)
@@ -190,7 +213,9 @@ RULES: dict[str, Callable[[Probe], bool]] = {
     "aws-dms-json": _dms,
     "canal-json": _canal,
     "cdl-json": _cdl,
+    "debezium-avro": _debezium_avro,
     "debezium-json": _debezium,
+    "debezium-jsonschema": _debezium_jsonschema,
     "dts-avro": _dts_avro,
     "maxwell-json": _maxwell,
     "ogg-json": _ogg,
