@@ -156,3 +156,16 @@ def json_lines(path: Path) -> list[str]:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "extended: slow end-to-end tests run by make test-extended, not make test")
+
+
+#: The modules that take longest (measured), first: ``make test`` runs modules in two processes
+#: (pytest-xdist, ``--dist loadfile``), which take them in collection order, so the long ones start
+#: first and the short ones fill in around them.
+SLOW_FIRST = ("test_production", "test_conformance_paimon", "test_formats_pipeline", "test_inspect",
+              "test_silver_properties", "test_faults", "test_transactions", "test_real_sources",
+              "test_silver_semantics", "test_pipeline_sim", "test_maintenance", "test_qlik_pipeline")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1], len(rank)))

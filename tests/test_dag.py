@@ -1,4 +1,10 @@
-"""The Airflow DAG, run for real with ``dag.test()``: spark-submit jobs and gates over generated traffic."""
+"""The Airflow DAG, run for real with ``dag.test()``: spark-submit jobs and gates over generated traffic.
+
+The DAG's shape is checked in ``make test``; the whole run is marked ``extended`` (``make
+test-extended``): ``test_production.py`` runs the DAG in ``make test`` under Airflow's scheduler,
+``test_formats_pipeline.py`` runs these formats through the same library calls, and ``make demo``
+runs every format through this DAG.
+"""
 from __future__ import annotations
 
 import importlib.util
@@ -57,6 +63,7 @@ def test_dag_shape(dag_module):
     assert dag.get_task("normalize.run").upstream_task_ids == {"land.gate"}
 
 
+@pytest.mark.extended
 def test_dag_run_equals_source(dag_module, spark):
     """After the DAG, each format's silver tables equal the source, with the source's column types."""
     module, src, path = dag_module
