@@ -245,9 +245,16 @@ def _dms_keys(records: list[KafkaRecord]) -> dict:
     return {t: k for t, k in keys.items() if k and all(isinstance(c, str) for c in k)}
 
 
-def inspect_records(topic: str, records: list[KafkaRecord], options: Optional[dict] = None) -> TopicSeen:
+#: The formats whose values name a schema in a schema registry (Confluent's wire format).
+REGISTRY_FORMATS = ("debezium-avro", "debezium-jsonschema")
+
+
+def inspect_records(topic: str, records: list[KafkaRecord], options: Optional[dict] = None,
+                    registry: Optional[str] = None) -> TopicSeen:
     """Detect and parse ``records`` of ``topic`` (see the module docstring); ``options``: the
-    source's configured options (parser options), kept in what is printed."""
+    source's configured options (parser options), kept in what is printed; ``registry``: the
+    schema registry's URL, put in the options (and printed) for a topic of a registry format that
+    configures none."""
     seen = TopicSeen(topic)
     for r in records:
         first, last, count = seen.offsets.get(r.partition, (r.offset, r.offset, 0))
@@ -266,6 +273,8 @@ def inspect_records(topic: str, records: list[KafkaRecord], options: Optional[di
         return seen
     seen.format = found[0] if len(found) == 1 else "auto"
     opts = dict(options or {})
+    if registry and "schema_registry" not in opts and any(f in REGISTRY_FORMATS for f in found):
+        opts["schema_registry"] = {"url": registry}
     results = _parse(seen.format, opts, records)
     errors = [e for _, e in results if isinstance(e, ParseError)]
     for e in errors:
@@ -434,6 +443,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the pipeline's, else $CDC_KAFKA_BOOTSTRAP)")
     p.add_argument("--pipeline", help="pipeline YAML file: its kafka, catalog and silver sections and source options")
     p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, help="records read per partition (default %(default)s)")
+    p.add_argument("--schema-registry", help="schema registry URL for Avro/JSON Schema topics "
+                                             "(default: $CDC_SCHEMA_REGISTRY_URL, the embedded stack's)")
     args = p.parse_args(argv)
     try:
         base, client, bootstrap, configured = {}, {}, args.bootstrap, {}
@@ -454,7 +465,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise ConfigError(f"no Kafka to read: give --bootstrap or --pipeline, or start the stack ({state_dir()})")
         if args.sample < 1:
             raise ConfigError("--sample must be at least 1")
-        seens = [inspect_records(t, sample(bootstrap, t, args.sample, client), configured.get(t)) for t in args.topic]
+        import os
+
+        from cdclake.config import _stack_env
+
+        registry = (args.schema_registry or os.environ.get("CDC_SCHEMA_REGISTRY_URL")
+                    or _stack_env().get("CDC_SCHEMA_REGISTRY_URL"))
+        seens = [inspect_records(t, sample(bootstrap, t, args.sample, client), configured.get(t), registry)
+                 for t in args.topic]
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
