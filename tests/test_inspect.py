@@ -81,7 +81,8 @@ def inspected(stack, spark):
         code = main(argv)
     base.unlink()
     text = out.getvalue()
-    path = STATE / "pipelines" / f"inspected_{u}.yaml"
+    path = STATE / "inspected" / f"inspected_{u}.yaml"  # not in $CDC_PIPELINES_DIR, which DAG tests load
+    path.parent.mkdir(exist_ok=True)
     path.write_text(text)
     result = run_window(spark, path, 0, 1)
     tables = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN lake.{quote_ident(ns)}").collect()]
