@@ -64,6 +64,49 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _running_port(info_file: Path) -> Optional[int]:
+    """The port of the daemon ``info_file`` (``{"pid", "port"}``) records, when it still runs and
+    accepts connections; else None."""
+    if info_file.exists():
+        info = json.loads(info_file.read_text())
+        if pid_alive(info["pid"]) and port_open("127.0.0.1", info["port"]):
+            return info["port"]
+    return None
+
+
+def _spawn(what: str, argv: list[str], port: int, state: Path, info_file: str, log_name: str,
+           timeout_s: float, env: Optional[dict] = None) -> None:
+    """Start ``argv`` in its own session (output appended to ``state/log_name``), wait until it
+    accepts connections on 127.0.0.1:``port`` and record its pid and port in ``state/info_file``.
+
+    Raises RuntimeError naming ``what`` and the log when it exits or is not listening within
+    ``timeout_s``.
+    """
+    log = open(state / log_name, "ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    deadline = time.monotonic() + timeout_s
+    while not port_open("127.0.0.1", port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{what} did not start on 127.0.0.1:{port}; see {state / log_name}")
+        time.sleep(0.05)
+    (state / info_file).write_text(json.dumps({"pid": proc.pid, "port": port}))
+
+
+def _stop(state: Optional[Path], info_file: str) -> bool:
+    """Stop the daemon ``info_file`` records (SIGTERM to its process group); True when one ran."""
+    path = (state or state_dir()) / info_file
+    if not path.exists():
+        return False
+    info = json.loads(path.read_text())
+    path.unlink()
+    if pid_alive(info["pid"]):
+        os.killpg(info["pid"], signal.SIGTERM)
+        return True
+    return False
+
+
 def start_broker(state: Optional[Path] = None, port: Optional[int] = None, timeout_s: float = 15.0) -> str:
     """Start (or reuse) the embedded broker; return its bootstrap address ``127.0.0.1:PORT``.
 
@@ -71,40 +114,19 @@ def start_broker(state: Optional[Path] = None, port: Optional[int] = None, timeo
     """
     state = state or state_dir()
     state.mkdir(parents=True, exist_ok=True)
-    info_file = state / BROKER_FILE
-    if info_file.exists():
-        info = json.loads(info_file.read_text())
-        if pid_alive(info["pid"]) and port_open("127.0.0.1", info["port"]):
-            return f"127.0.0.1:{info['port']}"
-    port = port or free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    log = open(state / "broker.log", "ab")
-    proc = subprocess.Popen(
-        [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-    )
-    deadline = time.monotonic() + timeout_s
-    while not port_open("127.0.0.1", port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"embedded Kafka broker did not start on 127.0.0.1:{port}; see {state / 'broker.log'}")
-        time.sleep(0.05)
-    info_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
-    return f"127.0.0.1:{port}"
+    running = _running_port(state / BROKER_FILE)
+    if running is None:
+        running = port or free_port()
+        url = f"tcp://127.0.0.1:{running}"
+        _spawn("embedded Kafka broker", [str(tansu_binary()), "broker", "--listener-url", url,
+                                         "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+               running, state, BROKER_FILE, "broker.log", timeout_s)
+    return f"127.0.0.1:{running}"
 
 
 def stop_broker(state: Optional[Path] = None) -> bool:
     """Stop the embedded broker if it runs; True when one was stopped."""
-    info_file = (state or state_dir()) / BROKER_FILE
-    if not info_file.exists():
-        return False
-    info = json.loads(info_file.read_text())
-    info_file.unlink()
-    if pid_alive(info["pid"]):
-        os.killpg(info["pid"], signal.SIGTERM)
-        return True
-    return False
+    return _stop(state, BROKER_FILE)
 
 
 def start_registry(state: Optional[Path] = None, timeout_s: float = 15.0) -> str:
@@ -114,42 +136,20 @@ def start_registry(state: Optional[Path] = None, timeout_s: float = 15.0) -> str
     """
     state = state or state_dir()
     state.mkdir(parents=True, exist_ok=True)
-    info_file = state / REGISTRY_FILE
-    if info_file.exists():
-        info = json.loads(info_file.read_text())
-        if pid_alive(info["pid"]) and port_open("127.0.0.1", info["port"]):
-            return f"http://127.0.0.1:{info['port']}"
-    port = free_port()
-    log = open(state / "registry.log", "ab")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
-                                                                    os.environ.get("PYTHONPATH", "")])))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cdclake.sim.registry", "--port", str(port), "--store",
-         str(state / "registry-schemas.json")],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-    )
-    deadline = time.monotonic() + timeout_s
-    while not port_open("127.0.0.1", port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"embedded schema registry did not start on 127.0.0.1:{port}; "
-                               f"see {state / 'registry.log'}")
-        time.sleep(0.05)
-    info_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
-    return f"http://127.0.0.1:{port}"
+    running = _running_port(state / REGISTRY_FILE)
+    if running is None:
+        running = free_port()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                        os.environ.get("PYTHONPATH", "")])))
+        _spawn("embedded schema registry", [sys.executable, "-m", "cdclake.sim.registry", "--port", str(running),
+                                            "--store", str(state / "registry-schemas.json")],
+               running, state, REGISTRY_FILE, "registry.log", timeout_s, env=env)
+    return f"http://127.0.0.1:{running}"
 
 
 def stop_registry(state: Optional[Path] = None) -> bool:
     """Stop the embedded schema registry if it runs; True when one was stopped."""
-    info_file = (state or state_dir()) / REGISTRY_FILE
-    if not info_file.exists():
-        return False
-    info = json.loads(info_file.read_text())
-    info_file.unlink()
-    if pid_alive(info["pid"]):
-        os.killpg(info["pid"], signal.SIGTERM)
-        return True
-    return False
+    return _stop(state, REGISTRY_FILE)
 
 
 def ensure_catalog(state: Optional[Path] = None, name: str = "lake") -> tuple[Path, Path]:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Iterable, Mapping, Optional, Sequence
 
-from cdclake.sim.render import Message, decimal_to_base64, delivery_delay_ms
+from cdclake.sim.render import TRANSACTION_SCHEMA, Message, decimal_to_base64, delivery_delay_ms
 
 DEBEZIUM_PG_VERSION = "2.5.4.Final"
 #: Debezium's ``unavailable.value.placeholder`` (default).
@@ -308,19 +308,6 @@ _SOURCE_SCHEMA = {
     "field": "source",
 }
 
-_TRANSACTION_SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "id"},
-        {"type": "int64", "optional": False, "field": "total_order"},
-        {"type": "int64", "optional": False, "field": "data_collection_order"},
-    ],
-    "optional": True,
-    "name": "event.block",
-    "version": 1,
-    "field": "transaction",
-}
-
 
 def value_schema(table: PgTable, server_name: str) -> dict:
     """The Connect schema of a Debezium PostgreSQL change event value for ``table``."""
@@ -330,7 +317,7 @@ def value_schema(table: PgTable, server_name: str) -> dict:
     return {"type": "struct",
             "fields": [dict(row, field="before"), dict(row, field="after"), _SOURCE_SCHEMA,
                        {"type": "string", "optional": False, "field": "op"},
-                       {"type": "int64", "optional": True, "field": "ts_ms"}, _TRANSACTION_SCHEMA],
+                       {"type": "int64", "optional": True, "field": "ts_ms"}, TRANSACTION_SCHEMA],
             "optional": False, "name": f"{prefix}.Envelope", "version": 1}
 
 

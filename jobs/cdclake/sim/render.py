@@ -159,7 +159,9 @@ _SOURCE_SCHEMA = {
     "field": "source",
 }
 
-_TRANSACTION_SCHEMA = {
+#: The ``transaction`` block of a Debezium envelope's Connect schema (``provide.transaction.metadata``),
+#: the same in every connector.
+TRANSACTION_SCHEMA = {
     "type": "struct",
     "fields": [
         {"type": "string", "optional": False, "field": "id"},
@@ -167,6 +169,8 @@ _TRANSACTION_SCHEMA = {
         {"type": "int64", "optional": False, "field": "data_collection_order"},
     ],
     "optional": True,
+    "name": "event.block",
+    "version": 1,
     "field": "transaction",
 }
 
@@ -181,7 +185,7 @@ def debezium_value_schema(table: Table, server_name: str, database: str) -> dict
         "fields": [dict(row, field="before"), dict(row, field="after"), _SOURCE_SCHEMA,
                    {"type": "string", "optional": False, "field": "op"},
                    {"type": "int64", "optional": True, "field": "ts_ms"},
-                   _TRANSACTION_SCHEMA],
+                   TRANSACTION_SCHEMA],
         "optional": False,
         "name": f"{prefix}.Envelope",
     }
