@@ -62,7 +62,7 @@ inspect: venv
 # module's tests stay in one process (--dist loadfile). PYTEST_WORKERS=0 runs them in this one.
 PYTEST_WORKERS ?= 2
 test: venv imports
-	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended" -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Slow duplicates of coverage make test has elsewhere (marker "extended"), e.g. the DAG under dag.test().
 test-extended: venv

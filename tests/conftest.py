@@ -158,12 +158,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "extended: slow end-to-end tests run by make test-extended, not make test")
 
 
-#: The modules that take longest (measured), first: ``make test`` runs modules in two processes
-#: (pytest-xdist, ``--dist loadfile``), which take them in collection order, so the long ones start
-#: first and the short ones fill in around them.
-SLOW_FIRST = ("test_production", "test_conformance_paimon", "test_formats_pipeline", "test_inspect",
-              "test_silver_properties", "test_faults", "test_transactions", "test_real_sources",
-              "test_silver_semantics", "test_pipeline_sim", "test_maintenance", "test_qlik_pipeline")
+#: The modules that take longest (measured in a whole ``make test``), longest first: ``make test``
+#: runs modules in two processes (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``), which
+#: take them in collection order, so the long ones start first and the short ones fill in around
+#: them. (Without ``--no-loadscope-reorder`` xdist orders modules by their number of tests.)
+SLOW_FIRST = ("test_production", "test_silver_properties", "test_conformance_paimon", "test_inspect",
+              "test_faults", "test_silver_semantics", "test_formats_pipeline", "test_real_sources",
+              "test_hostile_names", "test_qlik_pipeline", "test_transactions", "test_gates", "test_collapse",
+              "test_dag_ops", "test_maintenance", "test_locks", "test_fuzz", "test_ledger", "test_conformance_flink")
 
 
 def pytest_collection_modifyitems(session, config, items):

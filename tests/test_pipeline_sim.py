@@ -3,6 +3,13 @@
 The simulated MySQL source (``cdclake.sim``) knows its own state; silver must equal it after
 every hour, reruns of an hour must leave silver unchanged, and a malformed record must land in
 quarantine while the rest of its hour is applied and the gates' counts still balance.
+
+Those three run in ``make test-extended`` (marker ``extended``): ``make test`` has the same
+coverage elsewhere, at less cost: silver after every hour against the source as its messages
+show it in ``test_production.py`` (four hourly runs), every format with bad records quarantined
+and the gates' counts balanced in ``test_formats_pipeline.py``, reruns in
+``test_hostile_names.py`` and ``test_silver_semantics.py``. The large hour read in row groups
+runs in ``make test``.
 """
 from __future__ import annotations
 
@@ -44,6 +51,7 @@ def check_silver(spark, shop, expected_state, tags=("dbz", "canal")):
             assert not diffs, f"{tag} {t}: {diffs}"
 
 
+@pytest.mark.extended
 def test_hour_by_hour_equals_source(spark, shop):
     """Each hourly run leaves silver equal to the source as of the messages landed so far."""
     for h in range(3):
@@ -56,6 +64,7 @@ def test_hour_by_hour_equals_source(spark, shop):
     check_silver(spark, shop, shop["src"].final_state())
 
 
+@pytest.mark.extended
 def test_rerun_of_an_hour_changes_nothing(spark, shop):
     before = {t: silver_rows(spark, shop["path"], f"dbz_shop__{t}", meta=True) for t in TABLES}
     run_window(spark, shop["path"], 0, 3)  # one window over hours landed one by one ...
@@ -65,6 +74,7 @@ def test_rerun_of_an_hour_changes_nothing(spark, shop):
     check_silver(spark, shop, shop["src"].final_state())
 
 
+@pytest.mark.extended
 def test_malformed_record_is_quarantined_and_the_rest_applied(stack, spark, unique):
     src = SimulatedSource(seed=5, start=hour(5), hours=1)
     msgs = debezium_json(src.run(), src.tables, partitions=1)

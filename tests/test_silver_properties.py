@@ -645,7 +645,7 @@ def test_late_insert_under_newer_partial_update(stack, spark):
     run_scenario(stack, spark, sc)
 
 
-@pytest.mark.parametrize("delete_mode", ["hard", "soft"])
+@pytest.mark.parametrize("delete_mode", ["hard", pytest.param("soft", marks=pytest.mark.extended)])  # soft: make test-extended
 def test_change_of_the_old_key_arriving_after_the_key_change_was_merged_reaches_the_new_key(stack, spark,
                                                                                            delete_mode):
     """Partial update of v1 on k0=1 (pos 150) is delivered an hour late, after the partial key change

@@ -6,12 +6,14 @@ Each test is a regression for a failure reported against another CDC tool:
 - PostgreSQL's LSN alone is not commit order when transactions interleave (why Debezium has
   ``source.sequence``);
 - Iceberg's MERGE fails when the source has two rows for one key.
-Plus backfills in any order giving the same silver as one run.
+Plus backfills in any order giving the same silver as one run (``make test-extended``; ``make test``
+runs hours in random orders in the properties of ``test_silver_properties.py``).
 """
 from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import write_pipeline
 from pipeline import H0, hour, ms, run_window, silver_rows
 
@@ -106,6 +108,7 @@ def test_duplicates_and_many_changes_of_one_key_in_one_merge(stack, spark, uniqu
     assert state(spark, path, "shop__t") == {1: "v9"}
 
 
+@pytest.mark.extended  # make test: the shuffled pass of test_silver_properties' any-delivery properties
 def test_backfill_in_any_order_equals_one_run(stack, spark, unique):
     """Hours 2, 0, 1 and then 0–2 again give the same silver (values and positions) as 0–2 once."""
     src = SimulatedSource(seed=53, start=H0, hours=3)
