@@ -66,7 +66,7 @@ from hypothesis import strategies as st
 from pipeline import hour, ms
 from silver_model import Change, Column, TableSchema, diff_table, final_state
 
-from cdclake.sim.render import Message, decimal_to_base64
+from cdclake.sim.render import MYSQL_SOURCE_SCHEMA, Message, decimal_to_base64
 
 DATABASE = "src"
 SERVER = "prop"
@@ -355,23 +355,7 @@ def _json_value(col: Column, value: object) -> object:
     return value
 
 
-_SOURCE_FIELDS = [
-    {"type": "string", "optional": False, "field": "version"},
-    {"type": "string", "optional": False, "field": "connector"},
-    {"type": "string", "optional": False, "field": "name"},
-    {"type": "int64", "optional": False, "field": "ts_ms"},
-    {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
-     "parameters": {"allowed": "true,last,false"}, "default": "false", "field": "snapshot"},
-    {"type": "string", "optional": False, "field": "db"},
-    {"type": "string", "optional": True, "field": "table"},
-    {"type": "int64", "optional": False, "field": "server_id"},
-    {"type": "string", "optional": True, "field": "gtid"},
-    {"type": "string", "optional": False, "field": "file"},
-    {"type": "int64", "optional": False, "field": "pos"},
-    {"type": "int32", "optional": False, "field": "row"},
-    {"type": "int64", "optional": True, "field": "thread"},
-    {"type": "string", "optional": True, "field": "query"},
-]
+_SOURCE_FIELDS = MYSQL_SOURCE_SCHEMA["fields"]
 
 
 def _dumps(obj: object) -> bytes:

@@ -109,10 +109,10 @@ from typing import Any, Mapping, Optional
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
 from cdclake.formats.columnar import JSON
-from cdclake.formats.fields import element, json_object, name_text, table_name
+from cdclake.formats.fields import commit_time_ms, element, json_object, name_text, table_name
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
-from cdclake.formats.text import convert_image, parse_timestamp, utc_ms
+from cdclake.formats.text import convert_image
 from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
@@ -144,18 +144,7 @@ def operation_name(value: Any, field_name: str = "metadata.operation") -> str:
 def commit_ms(meta: Mapping[str, Any]) -> Optional[int]:
     """``metadata.commit-timestamp`` (ISO 8601, UTC) in ms since the epoch; None when absent or
     null. Raises :class:`ParseError` naming ``metadata.commit-timestamp`` for other text."""
-    text = meta.get("commit-timestamp")
-    if text is None:
-        return None
-    try:
-        if not isinstance(text, str):
-            raise ValueError(f"{text!r} is not text")
-        value = parse_timestamp(text)
-        if value is None:
-            raise ValueError(f"{text!r} is a zero date")
-    except ValueError as exc:
-        raise ParseError(FORMAT, f"cannot read commit time: {exc}", "metadata.commit-timestamp") from None
-    return utc_ms(value)
+    return commit_time_ms(FORMAT, meta, "commit-timestamp", "metadata.commit-timestamp")
 
 
 def transaction_id(meta: Mapping[str, Any]) -> Optional[str]:

@@ -17,7 +17,10 @@ reader                     accepts
 :func:`json_object`        a JSON object (dict)
 :func:`name_text`          a database, schema or namespace name: text or null
 :func:`table_name`         a table name: non-empty text
+:func:`commit_time_ms`     a commit time: ISO-8601 text (UTC) or null, in ms since the epoch
 =========================  ====================================================================
+
+:func:`split_quoted` splits a dotted name (``SCHEMA.TABLE``) on the dots outside double quotes.
 
 :func:`key_detail` renders a Kafka key for a tombstone's detail; :func:`kafka_key_text` renders
 the columns of a Kafka key that keys a delete.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Optional
 
+from cdclake.formats.text import parse_timestamp, utc_ms
 from cdclake.positions import as_element, optional_int
 from cdclake.record import ParseError
 
@@ -102,6 +106,59 @@ def table_name(fmt: str, value: Any, field_name: str) -> str:
     if not isinstance(value, str) or not value:
         raise ParseError(fmt, "missing table name", field_name)
     return value
+
+
+def commit_time_ms(fmt: str, meta: Mapping[str, Any], key: str, field_name: str) -> Optional[int]:
+    """``meta[key]``, a commit time as ISO-8601 text in UTC (:func:`cdclake.formats.text.parse_timestamp`),
+    in ms since the epoch; None when absent or null. Raises :class:`ParseError` naming
+    ``field_name`` (``cannot read commit time``) for anything else, a zero date too."""
+    text = meta.get(key)
+    if text is None:
+        return None
+    try:
+        if not isinstance(text, str):
+            raise ValueError(f"{text!r} is not text")
+        value = parse_timestamp(text)
+        if value is None:
+            raise ValueError(f"{text!r} is a zero date")
+    except ValueError as exc:
+        raise ParseError(fmt, f"cannot read commit time: {exc}", field_name) from None
+    return utc_ms(value)
+
+
+def split_quoted(name: str, max_splits: Optional[int] = None) -> list[str]:
+    """The parts of a dotted name, split on the dots outside double quotes (at most ``max_splits``
+    of them, the first ones; later dots stay in the last part). Quoted parts lose their quotes
+    (``""`` inside them is one ``"``): ``"MY.S"."T.1"`` → ``["MY.S", "T.1"]``. Raises
+    ``ValueError`` for an empty part or an unterminated quote."""
+    parts: list[str] = []
+    current: list[str] = []
+    i, quoted = 0, False
+    while i < len(name):
+        ch = name[i]
+        if quoted:
+            if ch == '"':
+                if name[i + 1:i + 2] == '"':
+                    current.append('"')
+                    i += 1
+                else:
+                    quoted = False
+            else:
+                current.append(ch)
+        elif ch == '"':
+            quoted = True
+        elif ch == "." and (max_splits is None or len(parts) < max_splits):
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    if quoted:
+        raise ValueError(f"unterminated quote in table name {name!r}")
+    parts.append("".join(current))
+    if any(not p for p in parts):
+        raise ValueError(f"table name {name!r} has an empty part")
+    return parts
 
 
 def key_detail(key: Optional[bytes]) -> Optional[str]:

@@ -63,7 +63,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event, FormatParser
 from cdclake.formats.columnar import JSON, NO_MAP
-from cdclake.formats.fields import element
+from cdclake.formats.fields import element, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import convert_image, parse_timestamp, text_converter, utc_ms
@@ -87,33 +87,7 @@ def split_table(name: str) -> tuple[Optional[str], Optional[str], str]:
     is one ``"``): ``"MY.S"."T.1"`` → ``(None, "MY.S", "T.1")``. Raises ``ValueError`` for an
     empty part, more than three parts or an unterminated quote.
     """
-    parts: list[str] = []
-    current: list[str] = []
-    i, quoted = 0, False
-    while i < len(name):
-        ch = name[i]
-        if quoted:
-            if ch == '"':
-                if name[i + 1:i + 2] == '"':
-                    current.append('"')
-                    i += 1
-                else:
-                    quoted = False
-            else:
-                current.append(ch)
-        elif ch == '"':
-            quoted = True
-        elif ch == ".":
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-        i += 1
-    if quoted:
-        raise ValueError(f"unterminated quote in table name {name!r}")
-    parts.append("".join(current))
-    if any(not p for p in parts):
-        raise ValueError(f"table name {name!r} has an empty part")
+    parts = split_quoted(name)
     if len(parts) > 3:
         raise ValueError(f"table name {name!r} has more than three parts (catalog.schema.table)")
     return (None, None, parts[0]) if len(parts) == 1 else (

@@ -61,10 +61,10 @@ from typing import Any, Mapping, Optional
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
 from cdclake.formats.columnar import JSON, NO_MAP, convert_images
-from cdclake.formats.fields import element, json_object
+from cdclake.formats.fields import commit_time_ms, element, json_object, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import key_delete_image, resolve_primary_key
-from cdclake.formats.text import convert_image, parse_timestamp, text_converter, utc_ms
+from cdclake.formats.text import convert_image, text_converter
 from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
@@ -92,33 +92,7 @@ def split_table(name: str) -> tuple[Optional[str], str]:
     ``("MY.S", "T.1")``. A name without such a dot is ``(None, name)``. Raises ``ValueError`` for
     an empty part or an unterminated quote.
     """
-    parts: list[str] = []
-    current: list[str] = []
-    i, quoted = 0, False
-    while i < len(name):
-        ch = name[i]
-        if quoted:
-            if ch == '"':
-                if name[i + 1:i + 2] == '"':
-                    current.append('"')
-                    i += 1
-                else:
-                    quoted = False
-            else:
-                current.append(ch)
-        elif ch == '"':
-            quoted = True
-        elif ch == "." and not parts:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-        i += 1
-    if quoted:
-        raise ValueError(f"unterminated quote in table name {name!r}")
-    parts.append("".join(current))
-    if any(not p for p in parts):
-        raise ValueError(f"table name {name!r} has an empty part")
+    parts = split_quoted(name, max_splits=1)
     return (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
 
 
@@ -141,18 +115,7 @@ def meta_idx(meta: Mapping[str, Any]) -> tuple[Optional[int], Optional[int]]:
 def commit_ms(meta: Mapping[str, Any]) -> Optional[int]:
     """``meta.time`` (UTC commit time, ``yyyy-MM-ddTHH:mm:ss[Z]``) in ms since the epoch, None
     when absent. Raises :class:`ParseError` naming ``meta.time`` for other text."""
-    text = meta.get("time")
-    if text is None:
-        return None
-    try:
-        if not isinstance(text, str):
-            raise ValueError(f"{text!r} is not text")
-        value = parse_timestamp(text)
-        if value is None:
-            raise ValueError(f"{text!r} is a zero date")
-    except ValueError as exc:
-        raise ParseError(FORMAT, f"cannot read commit time: {exc}", "meta.time") from None
-    return utc_ms(value)
+    return commit_time_ms(FORMAT, meta, "time", "meta.time")
 
 
 def source_position(meta: Mapping[str, Any]) -> tuple[int, ...]:

@@ -55,7 +55,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Iterable, Mapping, Optional, Sequence
 
-from cdclake.sim.render import TRANSACTION_SCHEMA, Message, decimal_to_base64, delivery_delay_ms
+from cdclake.sim.render import (TRANSACTION_SCHEMA, Message, debezium_source_schema, decimal_to_base64,
+                                 delivery_delay_ms)
 
 DEBEZIUM_PG_VERSION = "2.5.4.Final"
 #: Debezium's ``unavailable.value.placeholder`` (default).
@@ -286,27 +287,15 @@ def _dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-_SOURCE_SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "version"},
-        {"type": "string", "optional": False, "field": "connector"},
-        {"type": "string", "optional": False, "field": "name"},
-        {"type": "int64", "optional": False, "field": "ts_ms"},
-        {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
-         "parameters": {"allowed": "true,last,false,incremental"}, "default": "false", "field": "snapshot"},
-        {"type": "string", "optional": False, "field": "db"},
-        {"type": "string", "optional": True, "field": "sequence"},
-        {"type": "string", "optional": False, "field": "schema"},
-        {"type": "string", "optional": False, "field": "table"},
-        {"type": "int64", "optional": True, "field": "txId"},
-        {"type": "int64", "optional": True, "field": "lsn"},
-        {"type": "int64", "optional": True, "field": "xmin"},
-    ],
-    "optional": False,
-    "name": "io.debezium.connector.postgresql.Source",
-    "field": "source",
-}
+#: The PostgreSQL connector's ``source`` block (``sequence``, LSN, transaction id).
+_SOURCE_SCHEMA = debezium_source_schema("postgresql", "true,last,false,incremental", [
+    {"type": "string", "optional": True, "field": "sequence"},
+    {"type": "string", "optional": False, "field": "schema"},
+    {"type": "string", "optional": False, "field": "table"},
+    {"type": "int64", "optional": True, "field": "txId"},
+    {"type": "int64", "optional": True, "field": "lsn"},
+    {"type": "int64", "optional": True, "field": "xmin"},
+])
 
 
 def value_schema(table: PgTable, server_name: str) -> dict:

@@ -135,29 +135,35 @@ def _debezium_row(table: Table, row: Optional[Mapping]) -> Optional[dict]:
     return {c.name: _debezium_value(c, row[c.name]) for c in table.columns}
 
 
-_SOURCE_SCHEMA = {
-    "type": "struct",
-    "fields": [
+def debezium_source_schema(connector: str, snapshot_values: str, fields: list[dict]) -> dict:
+    """The Connect schema of a Debezium envelope's ``source`` block: the fields every connector
+    has (``version``, ``connector``, ``name``, ``ts_ms``, ``snapshot`` as the Enum of
+    ``snapshot_values``, ``db``), then the connector's own ``fields``; named
+    ``io.debezium.connector.<connector>.Source``."""
+    common = [
         {"type": "string", "optional": False, "field": "version"},
         {"type": "string", "optional": False, "field": "connector"},
         {"type": "string", "optional": False, "field": "name"},
         {"type": "int64", "optional": False, "field": "ts_ms"},
         {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
-         "parameters": {"allowed": "true,last,false"}, "default": "false", "field": "snapshot"},
+         "parameters": {"allowed": snapshot_values}, "default": "false", "field": "snapshot"},
         {"type": "string", "optional": False, "field": "db"},
-        {"type": "string", "optional": True, "field": "table"},
-        {"type": "int64", "optional": False, "field": "server_id"},
-        {"type": "string", "optional": True, "field": "gtid"},
-        {"type": "string", "optional": False, "field": "file"},
-        {"type": "int64", "optional": False, "field": "pos"},
-        {"type": "int32", "optional": False, "field": "row"},
-        {"type": "int64", "optional": True, "field": "thread"},
-        {"type": "string", "optional": True, "field": "query"},
-    ],
-    "optional": False,
-    "name": "io.debezium.connector.mysql.Source",
-    "field": "source",
-}
+    ]
+    return {"type": "struct", "fields": common + fields, "optional": False,
+            "name": f"io.debezium.connector.{connector}.Source", "field": "source"}
+
+
+#: The MySQL connector's ``source`` block (binlog file, position and row).
+MYSQL_SOURCE_SCHEMA = debezium_source_schema("mysql", "true,last,false", [
+    {"type": "string", "optional": True, "field": "table"},
+    {"type": "int64", "optional": False, "field": "server_id"},
+    {"type": "string", "optional": True, "field": "gtid"},
+    {"type": "string", "optional": False, "field": "file"},
+    {"type": "int64", "optional": False, "field": "pos"},
+    {"type": "int32", "optional": False, "field": "row"},
+    {"type": "int64", "optional": True, "field": "thread"},
+    {"type": "string", "optional": True, "field": "query"},
+])
 
 #: The ``transaction`` block of a Debezium envelope's Connect schema (``provide.transaction.metadata``),
 #: the same in every connector.
@@ -182,7 +188,7 @@ def debezium_value_schema(table: Table, server_name: str, database: str) -> dict
            "name": f"{prefix}.Value"}
     return {
         "type": "struct",
-        "fields": [dict(row, field="before"), dict(row, field="after"), _SOURCE_SCHEMA,
+        "fields": [dict(row, field="before"), dict(row, field="after"), MYSQL_SOURCE_SCHEMA,
                    {"type": "string", "optional": False, "field": "op"},
                    {"type": "int64", "optional": True, "field": "ts_ms"},
                    TRANSACTION_SCHEMA],
