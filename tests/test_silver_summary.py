@@ -3,7 +3,8 @@
 Every source table of the window with its change count, latest truncate, primary key, column
 types and column order, from one aggregation: the same schema as the table's own rows give
 (:func:`cdclake.silver.tables.batch_schema`), topics of one silver prefix merged into one source
-table, topics of different prefixes kept apart.
+table, topics of different prefixes kept apart; and the same summary as Spark's own queries give
+(:func:`cdclake.silver.tables.summarize_batch_in_spark`), orders compared as Spark compares them.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from cdclake.errors import SchemaChangeError
 from cdclake.lake import BRONZE_SCHEMA, SourceTable
-from cdclake.silver.tables import batch_schema, summarize_batch
+from cdclake.silver.tables import batch_schema, order_key, summarize_batch, summarize_batch_in_spark
 
 HOUR = dt.datetime(2024, 1, 1, 1)
 
@@ -77,3 +78,48 @@ def test_a_type_change_iceberg_cannot_make_names_table_and_column(spark):
     summary = summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")]
     with pytest.raises(SchemaChangeError, match=r"silver table s\.a: column 'n' changes type from bigint to string"):
         summary.schema("s.a")
+
+
+def test_orders_sort_in_python_as_spark_sorts_them(spark):
+    """:func:`order_key` sorts order structs (positions of several lengths, null elements and
+    fields, decimals past 2**63) as Spark's ORDER BY does."""
+    from pyspark.sql import functions as F
+
+    big = 10 ** 30
+    values = [([1, 2], 0, 5, 0), ([1, 2], 0, 5, 1), ([1], 3, 1, 0), ([1, 2, 0], 0, 0, 0), ([None, 5], 0, 0, 0),
+              ([2], None, 0, 0), (None, 1, 1, 1), ([big], 0, 0, 0), ([big - 1, 7], 0, 0, 0), ([0], 0, -1, 0),
+              ([1, 2], 1, 0, 0), ([], 0, 0, 0)]
+    df = spark.createDataFrame([(i, [None if x is None else Decimal(x) for x in p] if p is not None else None, kp, ko, r)
+                                for i, (p, kp, ko, r) in enumerate(values)],
+                               "i int, p array<decimal(38,0)>, kp int, ko bigint, row int")
+    rows = df.select("i", F.struct("p", "kp", "ko", "row").alias("o")).collect()
+    by_spark = [r["i"] for r in df.select("i", F.struct("p", "kp", "ko", "row").alias("o")).orderBy("o").collect()]
+    assert [r["i"] for r in sorted(rows, key=lambda r: order_key(r["o"]))] == by_spark
+
+
+@pytest.mark.parametrize("case", ["mixed", "schema", "truncate only", "partial images"])
+def test_the_summary_equals_sparks_own_queries(spark, case):
+    if case == "mixed":
+        rows = [change("a", "insert", 1, after={"id": "1", "v": "x"}, types={"id": "int", "v": "string"}),
+                change("a", "update", 2, after={"id": "1", "v": "y", "w": "2"}, before={"id": "1", "v": "x"},
+                       types={"id": "bigint", "v": "string", "w": "int"}, pk=("id", "v")),
+                change("a", "truncate", 3), change("a", "delete", 4, before={"id": "1", "old": "q"}, topic="t2"),
+                change("b", "insert", 5, after={"k": "7"}, pk=("k",), db=None), change("c", "truncate", 6, topic="t3")]
+    elif case == "schema":
+        rows = [change("a", "insert", i, after={"id": str(i), **({"n": "1"} if i % 2 else {"m": "2"})},
+                       types={"id": "int", "n": "decimal(10,2)", "m": "string"}, row=i % 3) for i in range(20)]
+        rows += [change("a", "update", 30, after={"id": "3", "n": "1.5"}, types={"id": "int", "n": "decimal(12,2)"})]
+    elif case == "truncate only":
+        rows = [change("a", "truncate", 9), change("a", "truncate", 4, topic="t2")]
+    else:  # Maxwell-like partial before images, several per table, positions of two elements
+        rows = [dict(change("a", "update", 10 + i, after={"id": str(i), "x": "1", "y": "2", "z": "3"},
+                            before={c: "0" for c in "zyx"[: i % 3 + 1]}, types={"id": "int"}),
+                     source_position=[Decimal(7), Decimal(100 - i)]) for i in range(12)]
+    prefixes = {"t1": "p_", "t2": "p_", "t3": "q_"}
+    got, want = summarize_batch(frame(spark, rows), prefixes), summarize_batch_in_spark(frame(spark, rows), prefixes)
+    assert list(got) == list(want)
+    for st in got:
+        g, w = got[st], want[st]
+        assert (g.changes, g.rows, g.truncate, g.primary_key, g.topics, g.columns) == (
+            w.changes, w.rows, w.truncate, w.primary_key, w.topics, w.columns), st
+        assert sorted(g.typed) == sorted(w.typed) and g.schema() == w.schema(), st

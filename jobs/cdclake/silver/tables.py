@@ -120,30 +120,100 @@ class BatchSummary:
         return pk, types
 
 
+def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFrame":
+    """The batch reduced to its distinct shapes per source table: ``_prefix``, ``source_database``,
+    ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
+    entries), ``after`` and ``before`` (the images' column names), with ``n`` (changes), ``last``
+    and ``first`` (the latest and first order), ``primary_key`` (of the latest) and ``topics``."""
+    from pyspark.sql import functions as F
+
+    order = BRONZE.column(row=True)
+    pairs = [x for topic, prefix in sorted((prefixes or {}).items()) for x in (F.lit(topic), F.lit(prefix))]
+    prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
+    return (changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
+                           (F.col("op") == "truncate").alias("_trunc"), "column_types", "after", "before",
+                           "primary_key", order.alias("_ord"))
+            .groupBy(*_IDS, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
+                     F.map_keys("before").alias("before"))
+            .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
+                 F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics")))
+
+
+_IDS = ["_prefix", "source_database", "source_schema", "source_table"]
+
+
+def order_key(value) -> tuple:
+    """A Python sort key that orders values as Spark SQL orders them ascending: null first, structs
+    (``Row``) field by field, arrays element by element and a prefix first, numbers (decimal,
+    int) and text by value. For orders (:mod:`cdclake.silver.order`) read back with ``collect``."""
+    if value is None:
+        return (0,)
+    if isinstance(value, (list, tuple)):  # arrays, and structs (Row is a tuple)
+        return (1, tuple(order_key(v) for v in value))
+    return (1, value)
+
+
 def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = None) -> dict[SourceTable, BatchSummary]:
     """Every source table of a batch's bronze rows with its :class:`BatchSummary`, from one pass.
 
     ``prefixes``: Kafka topic → silver table prefix (``sources[].table_prefix``; a topic not in it
     has none), which with the database, schema and table names a :class:`cdclake.lake.SourceTable`.
     The changes mostly repeat a few images' column lists and type maps: one aggregation reduces
-    the batch to its distinct ones per source table (with the latest and first order of each,
-    and the key of the latest), computed once, and three small queries over those read counts,
-    truncates, keys, types and column order for every table at once.
+    the batch to its distinct ones per source table (with the latest and first order of each, and
+    the key of the latest), one Spark query whose few rows the driver reads; counts, truncates,
+    keys, types and column order of every table come from those rows, ordered as Spark orders the
+    orders (:func:`order_key`). :func:`summarize_batch_in_spark` computes the same in Spark (the
+    reference the tests compare with).
     """
+    out: dict[tuple, BatchSummary] = {}
+    latest: dict[tuple, tuple] = {}  # table -> (key of its latest data change's order, primary key)
+    truncate: dict[tuple, tuple] = {}  # table -> (key of the latest truncate's order, order)
+    topics: dict[tuple, set] = {}
+    typed: dict[tuple, tuple] = {}  # (table, column, type) -> key of the latest order carrying it
+    placed: dict[tuple, tuple] = {}  # (table, column) -> key of the first (order, image, place) carrying it
+    for r in _shapes(changes, prefixes).collect():
+        ids = tuple(r[c] for c in _IDS)
+        summary = out.setdefault(ids, BatchSummary())
+        summary.changes += int(r["n"])
+        topics.setdefault(ids, set()).update(r["topics"])
+        trunc = r["_trunc"]  # null (no op): neither a truncate nor a data change, as in SQL
+        if trunc is True:
+            k = order_key(r["last"])
+            if ids not in truncate or k > truncate[ids][0]:
+                truncate[ids] = (k, r["last"])
+        if trunc is not False:
+            continue
+        summary.rows += int(r["n"])
+        last, first = order_key(r["last"]), order_key(r["first"])
+        if ids not in latest or last > latest[ids][0]:
+            latest[ids] = (last, r["primary_key"])
+        for entry in r["types"] or []:
+            at = (ids, entry["key"], entry["value"])
+            if at not in typed or last > typed[at]:
+                typed[at] = last
+        for img, names in ((0, r["after"]), (1, r["before"])):
+            for place, c in enumerate(names or []):
+                k = (first, img, place)
+                if (ids, c) not in placed or k < placed[(ids, c)]:
+                    placed[(ids, c)] = k
+    for ids, summary in out.items():
+        summary.truncate = tuple(truncate[ids][1])[:3] if ids in truncate else None
+        summary.primary_key = list(latest[ids][1] or []) if ids in latest else []
+        summary.topics = sorted(topics[ids])
+    for (ids, c, t), _ in sorted(typed.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][2] or "")):
+        out[ids].typed.append((c, t))
+    for (ids, c), _ in sorted(placed.items(), key=lambda kv: kv[1]):
+        out[ids].columns.append(c)
+    return {SourceTable(*k): v for k, v in sorted(out.items(), key=lambda kv: SourceTable(*kv[0]).silver_name)}
+
+
+def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, str]] = None) -> dict[SourceTable, BatchSummary]:
+    """:func:`summarize_batch` computed by Spark queries over the materialized shapes (three
+    small queries, about ten Spark jobs): the reference the tests compare it with."""
     from pyspark.sql import functions as F
 
-    order = BRONZE.column(row=True)
-    pairs = [x for topic, prefix in sorted((prefixes or {}).items()) for x in (F.lit(topic), F.lit(prefix))]
-    prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
-    ids = ["_prefix", "source_database", "source_schema", "source_table"]
-    shapes = materialize(
-        changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
-                       (F.col("op") == "truncate").alias("_trunc"), "column_types", "after", "before",
-                       "primary_key", order.alias("_ord"))
-        .groupBy(*ids, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
-                 F.map_keys("before").alias("before"))
-        .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
-             F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics")))
+    ids = _IDS
+    shapes = materialize(_shapes(changes, prefixes))
     data = F.when(~F.col("_trunc"), F.col("last"))  # max_by passes over rows whose ordering is null
     tables = shapes.groupBy(*ids).agg(
         F.sum("n").alias("changes"), F.sum(F.when(~F.col("_trunc"), F.col("n"))).alias("rows"),
