@@ -363,6 +363,12 @@ class PipelineConfig(_Model):
         return [s.topic for s in self.sources]
 
 
+def stack_value(name: str) -> Optional[str]:
+    """``$name`` from the environment, else from the embedded stack's ``stack.env`` (what ``make
+    stack`` and the demo write: ``CDC_KAFKA_BOOTSTRAP``, ``CDC_SCHEMA_REGISTRY_URL`` ...), else None."""
+    return os.environ.get(name) or _stack_env().get(name)
+
+
 def _stack_env() -> dict[str, str]:
     env_file = state_dir() / "stack.env"
     out: dict[str, str] = {"CDC_STATE_DIR": str(state_dir())}

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
-from cdclake.config import load_pipeline, state_dir
+from cdclake.config import load_pipeline, stack_value, state_dir
 from cdclake.errors import ConfigError, KafkaUnavailable
 from cdclake.formats import get_parser
 from cdclake.formats.detect import detect
@@ -456,21 +456,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             bootstrap = bootstrap or cfg.kafka.bootstrap_servers
             configured = {s.topic: s.parser_options() for s in cfg.sources}
         if not bootstrap:
-            import os
-
-            from cdclake.config import _stack_env
-
-            bootstrap = os.environ.get("CDC_KAFKA_BOOTSTRAP") or _stack_env().get("CDC_KAFKA_BOOTSTRAP")
+            bootstrap = stack_value("CDC_KAFKA_BOOTSTRAP")
         if not bootstrap:
             raise ConfigError(f"no Kafka to read: give --bootstrap or --pipeline, or start the stack ({state_dir()})")
         if args.sample < 1:
             raise ConfigError("--sample must be at least 1")
-        import os
-
-        from cdclake.config import _stack_env
-
-        registry = (args.schema_registry or os.environ.get("CDC_SCHEMA_REGISTRY_URL")
-                    or _stack_env().get("CDC_SCHEMA_REGISTRY_URL"))
+        registry = args.schema_registry or stack_value("CDC_SCHEMA_REGISTRY_URL")
         seens = [inspect_records(t, sample(bootstrap, t, args.sample, client), configured.get(t), registry)
                  for t in args.topic]
     except (ConfigError, ValueError) as exc:

@@ -120,6 +120,10 @@ class BatchSummary:
         return pk, types
 
 
+#: The columns that name a source table in a batch summary's shapes (:func:`_shapes`).
+_IDS = ["_prefix", "source_database", "source_schema", "source_table"]
+
+
 def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFrame":
     """The batch reduced to its distinct shapes per source table: ``_prefix``, ``source_database``,
     ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
@@ -137,9 +141,6 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
                      F.map_keys("before").alias("before"))
             .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
                  F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics")))
-
-
-_IDS = ["_prefix", "source_database", "source_schema", "source_table"]
 
 
 def order_key(value) -> tuple:
