@@ -57,7 +57,10 @@ class OffsetRange:
 def _client_conf(bootstrap: str, extra: Optional[dict] = None) -> dict:
     conf = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 3,
             "group.id": "cdclake-land", "enable.auto.commit": False, "enable.partition.eof": True,
-            "auto.offset.reset": "earliest"}
+            "auto.offset.reset": "earliest",
+            # the end of a partition is known when a fetch comes back empty; the broker holds an empty
+            # fetch this long (librdkafka's default is 500 ms, paid by every partition read to its end)
+            "fetch.wait.max.ms": 10}
     conf.update(extra or {})
     return conf
 
@@ -169,8 +172,9 @@ def _consume(cons, where: str, timeout_s: float) -> Iterator:
 
     idle_since = time.monotonic()
     while True:
-        # consume() waits for a full batch or its timeout: keep the timeout short, count idle time
-        msgs = cons.consume(num_messages=10_000, timeout=0.1)
+        # consume() waits for a full batch or its timeout: keep the timeout short (a partition's
+        # last records and its end arrive in a short batch), count idle time
+        msgs = cons.consume(num_messages=10_000, timeout=0.01)
         if not msgs:
             if time.monotonic() - idle_since > timeout_s:
                 raise KafkaUnavailable(f"{where}: nothing read for {timeout_s:.0f}s (neither records nor end of log)")

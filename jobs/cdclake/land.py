@@ -34,7 +34,7 @@ from cdclake.errors import LandingShrinks
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import OffsetRange, Piece
 from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
-                          overwrite_hours, window_filter)
+                          overwrite_hours)
 from cdclake.window import UTC, Window
 
 if TYPE_CHECKING:
@@ -43,23 +43,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def check_not_shrinking(spark: "SparkSession", cfg: PipelineConfig, window: Window, topics: list[str], new) -> None:
-    """Refuse to overwrite an hour with fewer records than the manifest says were landed before.
+#: The marker a reading task puts before a :class:`LandingShrinks` message, so that the driver can
+#: tell it from other task failures and raise it as itself.
+_SHRINKS = "cdclake-landing-shrinks: "
 
-    Raises :class:`LandingShrinks` naming topic, partition, hour and both counts.
-    """
-    from pyspark.sql import functions as F
 
-    keys = ["kafka_topic", "kafka_partition", "landed_hour"]
-    before = spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).select(*keys, "records")
-    now = new.groupBy(*keys).agg(F.count("*").alias("now"))
-    lost = before.join(now, keys, "left").where(F.coalesce("now", F.lit(0)) < F.col("records")).limit(5).collect()
-    if lost:
-        r = lost[0]
-        raise LandingShrinks(
-            f"{r.kafka_topic}[{r.kafka_partition}] hour {r.landed_hour.isoformat()}: Kafka now holds "
-            f"{r.now or 0} records where {r.records} were landed before (retention or compaction); "
-            "refusing to overwrite the landed hour (bronze and silver are built from it)")
+def shrinking(ranges: list[OffsetRange], landed: dict[tuple[str, int, int], int]) -> Optional[str]:
+    """The reason to refuse a re-landing, or None: the first range of ``ranges`` (as read now) that
+    holds fewer records than the ledger says its hour landed before (``landed``: records per
+    ``(topic, partition, hour_ms)``), as one line naming topic, partition, hour and both counts."""
+    for r in ranges:
+        before = landed.get((r.topic, r.partition, int(r.hour.timestamp() * 1000)))
+        if before is not None and r.records < before:
+            return (f"{r.topic}[{r.partition}] hour {r.hour.isoformat()}: Kafka now holds {r.records} records where "
+                    f"{before} were landed before (retention or compaction); refusing to overwrite the landed hour "
+                    "(bronze and silver are built from it)")
+    return None
 
 
 def settle_seconds(cfg: PipelineConfig, window: Window, now: Optional[dt.datetime] = None) -> float:
@@ -68,33 +67,39 @@ def settle_seconds(cfg: PipelineConfig, window: Window, now: Optional[dt.datetim
     return max(0.0, (window.end - now).total_seconds() + cfg.land.grace_s)
 
 
-def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window,
-         parts: list[tuple[str, int]]) -> dict[tuple[str, int], list[Piece]]:
-    """The pieces that land ``window`` for each ``(topic, partition)`` of ``parts``, from the ledger.
+def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window, parts: list[tuple[str, int]]
+         ) -> tuple[dict[tuple[str, int], list[Piece]], dict[tuple[str, int, int], int]]:
+    """``(pieces, landed)``: the pieces that land ``window`` for each ``(topic, partition)`` of
+    ``parts``, from the ledger, and the records the ledger says each of the window's landed hours
+    holds, ``{(topic, partition, hour_ms): records}``.
 
-    Reads the ledger's ranges inside the window and, per partition, the end of its latest range
-    before the window and the start of its earliest range after it
+    One query of the ledger gives, per partition, its ranges inside the window, the end of its
+    latest range before the window and the start of its earliest range after it
     (:func:`cdclake.kafka_ranges.plan_partition`).
     """
     from pyspark.sql import functions as F
 
     topics = sorted({t for t, _ in parts})
     ledger = spark.table(qualified(cfg, MANIFEST_TABLE)).where(F.col("kafka_topic").isin(topics))
-    inside: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
-    for r in ledger.where(window_filter(window, topics)).select(
-            "kafka_topic", "kafka_partition", F.expr("unix_millis(landed_hour)").alias("h"), "start_offset",
-            "end_offset").collect():
-        inside.setdefault((r.kafka_topic, r.kafka_partition), {})[r.h] = (r.start_offset, r.end_offset)
     start, end = (F.lit(window.start).cast("timestamp"), F.lit(window.end).cast("timestamp"))
-    around = {(r.kafka_topic, r.kafka_partition): (r.prev_end, r.next_start) for r in ledger.groupBy(
-        "kafka_topic", "kafka_partition").agg(
-            F.max_by(F.when(F.col("landed_hour") < start, F.col("end_offset")),
-                     F.when(F.col("landed_hour") < start, F.col("landed_hour"))).alias("prev_end"),
-            F.min_by(F.when(F.col("landed_hour") >= end, F.col("start_offset")),
-                     F.when(F.col("landed_hour") >= end, F.col("landed_hour"))).alias("next_start")).collect()}
+    before, after = F.col("landed_hour") < start, F.col("landed_hour") >= end
+    inside_range = F.struct(F.expr("unix_millis(landed_hour)").alias("h"), "start_offset", "end_offset", "records")
+    inside: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+    around: dict[tuple[str, int], tuple[Optional[int], Optional[int]]] = {}
+    landed: dict[tuple[str, int, int], int] = {}
+    for r in ledger.groupBy("kafka_topic", "kafka_partition").agg(
+            F.max_by(F.when(before, F.col("end_offset")), F.when(before, F.col("landed_hour"))).alias("prev_end"),
+            F.min_by(F.when(after, F.col("start_offset")), F.when(after, F.col("landed_hour"))).alias("next_start"),
+            F.collect_list(F.when(~before & ~after, inside_range)).alias("inside")).collect():
+        tp = (r.kafka_topic, r.kafka_partition)
+        around[tp] = (r.prev_end, r.next_start)
+        for x in r.inside:
+            inside.setdefault(tp, {})[x.h] = (x.start_offset, x.end_offset)
+            landed[(*tp, x.h)] = x.records
     hours = [int(h.timestamp() * 1000) for h in window.hours()]
-    return {tp: kafka_ranges.plan_partition(tp[0], tp[1], hours, inside.get(tp, {}), *around.get(tp, (None, None)))
-            for tp in parts}
+    pieces = {tp: kafka_ranges.plan_partition(tp[0], tp[1], hours, inside.get(tp, {}), *around.get(tp, (None, None)))
+              for tp in parts}
+    return pieces, landed
 
 
 def _ledger_rows(reported: list[tuple], plans: dict[tuple[str, int], list[Piece]]) -> list[OffsetRange]:
@@ -124,9 +129,10 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     (:func:`cdclake.kafka_ranges.arrow_batches`), reporting the exact range of every hour; one
     atomic overwrite of the window in the raw table, then the ledger's rows of the window. Raises
     ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
-    :class:`LandingShrinks`.
+    :class:`LandingShrinks`: a task that re-reads a landed hour and finds fewer records than the
+    ledger says it landed (:func:`shrinking`) fails, so the overwrite commits nothing and Kafka is
+    read once, rerun or not.
     """
-    from pyspark import StorageLevel
     from pyspark.accumulators import AccumulatorParam
 
     wait = settle_seconds(cfg, window)
@@ -138,7 +144,7 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     k = cfg.kafka
     parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
     ensure_raw_tables(spark, cfg)
-    plans = plan(spark, cfg, window, parts)
+    plans, landed = plan(spark, cfg, window, parts)
     bootstrap, timeout, client = k.bootstrap_servers, max(30.0, k.timeout_s), dict(k.client)
     schema = arrow_schema(RAW_SCHEMA)
 
@@ -159,6 +165,9 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
                 ranges: list[OffsetRange] = []
                 yield from kafka_ranges.arrow_batches(bootstrap, plans[(topic, p)], schema, ranges, timeout, client,
                                                       after_batch=lambda: kill_point("land.writing", driver))
+                reason = shrinking(ranges, landed)
+                if reason is not None:  # fails the job: the overwrite commits nothing
+                    raise LandingShrinks(_SHRINKS + reason)
                 reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
                               for r in ranges])
 
@@ -166,17 +175,13 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     todo = spark.createDataFrame(spark.sparkContext.parallelize(parts, max(1, len(parts))),
                                  "kafka_topic string, kafka_partition int")
     df = todo.mapInArrow(read, RAW_SCHEMA)
-    # A first landing of the window goes straight from Kafka to the table; a rerun keeps the
-    # records it read (memory, then local disk) to count them against the ledger before it
-    # replaces anything, so Kafka is read once either way.
-    rerun = bool(spark.table(qualified(cfg, MANIFEST_TABLE)).where(window_filter(window, topics)).take(1))
     try:
-        if rerun:
-            df = df.persist(StorageLevel.MEMORY_AND_DISK)
-            check_not_shrinking(spark, cfg, window, topics, df)
         overwrite_hours(df, cfg, RAW_TABLE, window, topics)
-    finally:
-        df.unpersist()  # nothing to free after a first landing
+    except Exception as exc:
+        text = str(exc)
+        if _SHRINKS not in text:
+            raise
+        raise LandingShrinks(text.split(_SHRINKS, 1)[1].splitlines()[0]) from None
     kill_point("land.raw_written")
 
     ledger = _ledger_rows(reported.value, plans)
