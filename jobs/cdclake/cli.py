@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 import time
 from typing import Callable, Optional
 
 from cdclake.catalog import describe
 from cdclake.config import PipelineConfig, load_pipeline
-from cdclake.errors import KafkaUnavailable, exit_code, expected
+from cdclake.errors import KafkaUnavailable, exit_code, expected, task_failure
 from cdclake.window import Window, make_window
 
 log = logging.getLogger("cdclake")
@@ -97,30 +96,6 @@ def main(stage: str, run: Callable[[PipelineConfig, Optional[Window]], object], 
         else:
             print(f"error: {stage} failed: {cause or describe(exc)}", file=sys.stderr)
         return exit_code(exc)
-
-
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?(\S[^\n]*)")
-
-
-def task_failure(exc: BaseException) -> str | None:
-    """The exception line (``module.Class: message``) of the Python traceback a failed Spark task
-    sent back inside ``exc`` (pyspark's ``PythonException``, or a py4j error whose cause carries
-    one), or None when ``exc`` holds no Python traceback. With chained tracebacks, the last one's.
-    """
-    texts = [str(exc)]
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            while java is not None and len(texts) < 20:
-                texts.append(str(java.getMessage() or ""))
-                java = java.getCause()
-        except Exception:
-            pass
-    for text in texts:
-        found = _TRACEBACK.findall(text)
-        if found:
-            return found[-1].strip()
-    return None
 
 
 def run_stage(spark, stage: str, fn: Callable, cfg: PipelineConfig, window: Window):

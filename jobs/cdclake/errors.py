@@ -8,6 +8,7 @@ cannot read is not an error of the run: :class:`ParseError` puts it in quarantin
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 
@@ -97,3 +98,27 @@ def exit_code(exc: BaseException) -> int:
 def expected(exc: BaseException) -> bool:
     """Whether ``exc`` is one of :data:`EXIT_CODES`: its one-line message is the whole story."""
     return any(cls in EXIT_CODES for cls in type(exc).__mro__)
+
+
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?(\S[^\n]*)")
+
+
+def task_failure(exc: BaseException) -> str | None:
+    """The exception line (``module.Class: message``) of the Python traceback a failed Spark task
+    sent back inside ``exc`` (pyspark's ``PythonException``, or a py4j error whose cause carries
+    one), or None when ``exc`` holds no Python traceback. With chained tracebacks, the last one's.
+    """
+    texts = [str(exc)]
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            while java is not None and len(texts) < 20:
+                texts.append(str(java.getMessage() or ""))
+                java = java.getCause()
+        except Exception:
+            pass
+    for text in texts:
+        found = _TRACEBACK.findall(text)
+        if found:
+            return found[-1].strip()
+    return None

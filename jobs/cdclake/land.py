@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Optional
 from cdclake import kafka_ranges
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
-from cdclake.errors import LandingShrinks
+from cdclake.errors import LandingShrinks, task_failure
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import OffsetRange, Piece
 from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
@@ -41,11 +41,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-
-#: The marker a reading task puts before a :class:`LandingShrinks` message, so that the driver can
-#: tell it from other task failures and raise it as itself.
-_SHRINKS = "cdclake-landing-shrinks: "
 
 
 def shrinking(ranges: list[OffsetRange], landed: dict[tuple[str, int, int], int]) -> Optional[str]:
@@ -167,7 +162,7 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
                                                       after_batch=lambda: kill_point("land.writing", driver))
                 reason = shrinking(ranges, landed)
                 if reason is not None:  # fails the job: the overwrite commits nothing
-                    raise LandingShrinks(_SHRINKS + reason)
+                    raise LandingShrinks(reason)
                 reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
                               for r in ranges])
 
@@ -177,11 +172,12 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     df = todo.mapInArrow(read, RAW_SCHEMA)
     try:
         overwrite_hours(df, cfg, RAW_TABLE, window, topics)
-    except Exception as exc:
-        text = str(exc)
-        if _SHRINKS not in text:
+    except Exception as exc:  # a reading task's LandingShrinks comes back inside Spark's error
+        shrinks = f"{LandingShrinks.__module__}.{LandingShrinks.__name__}: "
+        cause = task_failure(exc) or ""
+        if not cause.startswith(shrinks):
             raise
-        raise LandingShrinks(text.split(_SHRINKS, 1)[1].splitlines()[0]) from None
+        raise LandingShrinks(cause.removeprefix(shrinks)) from None
     kill_point("land.raw_written")
 
     ledger = _ledger_rows(reported.value, plans)

@@ -157,7 +157,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     src = merge_source(keyed, len(pk), truncated_at, list(types))
     counts = merge_into(spark, cfg, name, src, pk, types)
     result.upserts, result.deletes = counts["upsert"], counts["delete"]
-    if cfg.silver.delete_mode == "hard":
+    if cfg.silver.delete_mode == "hard" and result.deletes:
         record_tombstones(spark, cfg, st, MERGE_VIEW, len(pk))
     if history and landed is not None:
         result.history_versions = apply_history(spark, cfg, st.silver_name, rows, landed, pk, types, result)

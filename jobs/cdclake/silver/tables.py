@@ -390,7 +390,11 @@ def after_truncate(changes: "DataFrame", truncated_at: Optional[tuple]) -> "Data
 
 
 def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, view: str, nkeys: int) -> None:
-    """Upsert a tombstone for every delete of the batch; drop those older than the retention."""
+    """Upsert a tombstone for every delete of the batch; drop those older than the retention.
+
+    Silver calls it for a batch with deletes only: the retention is measured from the newest
+    tombstone, so a batch without deletes would find nothing new to drop.
+    """
     name = ensure_tombstone_table(spark, cfg, st)
     key = "array(" + ", ".join(f"s._k{i}" for i in range(nkeys)) + ")"
     meta = ["_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset", "_cdc_source_ts_ms"]
