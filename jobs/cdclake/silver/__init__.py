@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Optional
 from cdclake.catalog import describe, materialize, qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import SchemaChangeError, SilverError
-from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, tombstone_table, window_filter
+from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, table_exists, tombstone_table, window_filter
 from cdclake.silver.history import apply_history
 from cdclake.silver.keys import carry_over, keyed_rows_with_moves, replay_rows, with_tombstones
 from cdclake.silver.merge import MERGE_VIEW, merge_into, merge_source
@@ -142,6 +142,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
         if not rows.take(1):
             return result
         schema = None
+    new_table = not table_exists(spark, name)  # created for this batch: its MERGE is an INSERT
     had_key_changes = has_key_changes(spark, name)  # only then can a late change sit under a merged one
     replay = landed is not None and had_key_changes
     pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result, schema, reread=replay)
@@ -155,7 +156,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
             mark_key_changes(spark, name)
         keyed = materialize(carry_over(spark, name, keyed, pk, types))
     src = merge_source(keyed, len(pk), truncated_at, list(types))
-    counts = merge_into(spark, cfg, name, src, pk, types)
+    counts = merge_into(spark, cfg, name, src, pk, types, into_empty=new_table)
     result.upserts, result.deletes = counts["upsert"], counts["delete"]
     if cfg.silver.delete_mode == "hard" and result.deletes:
         record_tombstones(spark, cfg, st, MERGE_VIEW, len(pk))

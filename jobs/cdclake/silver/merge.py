@@ -161,7 +161,8 @@ def collapse_exploded(rows: "DataFrame", nkeys: int) -> "DataFrame":
     return _collapsed(last.join(img, same_key, "left"), keys, F.col("_img"), F.col("_ords"))
 
 
-def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str]) -> str:
+def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: dict[str, str],
+              into_empty: bool = False) -> str:
     """The ``MERGE INTO`` statement applying a collapsed batch (view ``view``, :func:`collapse`) to ``name``.
 
     Column by column: a value from the batch replaces the silver value when it comes from a newer
@@ -171,6 +172,10 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
     a late insert fills only what newer updates did not set. A delete newer than everything in
     silver deletes the row (soft-delete mode: flags it). Every identifier is quoted; column names
     reach SQL only as quoted identifiers or string literals.
+
+    ``into_empty``: ``name`` holds no row (created for this batch), so no row can match; the
+    statement is then the ``INSERT INTO ... SELECT`` of exactly the rows and values the MERGE's
+    ``WHEN NOT MATCHED`` branch would insert, without the MERGE's join with the table.
     """
     q, lit = T.quote_ident, T.sql_string
     on = " AND ".join(f"t.{q(k)} = {T.sql_cast(f's._k{i}', types[k])}" for i, k in enumerate(pk))
@@ -237,6 +242,9 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
     else:
         on_delete = f"WHEN MATCHED AND s._op = 'delete' AND {newer} THEN DELETE"
         not_matched = "WHEN NOT MATCHED AND s._op = 'upsert' THEN"
+    if into_empty:  # no row can match: what the MERGE would insert, appended without the join
+        where = "" if soft else " WHERE s._op = 'upsert'"
+        return f"INSERT INTO {name} ({', '.join(insert_cols)}) SELECT {', '.join(insert_vals)} FROM {view} s{where}"
     return (f"MERGE INTO {name} t USING {view} s ON {on} "
             f"{on_delete} "
             f"WHEN MATCHED THEN UPDATE SET {', '.join(sets)} "
@@ -258,14 +266,14 @@ def merge_source(keyed: "DataFrame", nkeys: int, truncated_at: Optional[tuple],
 
 
 def merge_into(spark: "SparkSession", cfg: PipelineConfig, name: str, src: "DataFrame", pk: list[str],
-               types: dict[str, str]) -> dict[str, int]:
-    """MERGE ``src`` (:func:`merge_source`) into silver table ``name`` (:func:`merge_sql`), leaving
-    it in the view :data:`MERGE_VIEW`; return the keys it upserts and deletes, ``{"upsert": n,
-    "delete": n}``."""
+               types: dict[str, str], into_empty: bool = False) -> dict[str, int]:
+    """MERGE ``src`` (:func:`merge_source`) into silver table ``name`` (:func:`merge_sql`; an
+    INSERT when ``into_empty``: the table was created for this batch), leaving it in the view
+    :data:`MERGE_VIEW`; return the keys it upserts and deletes, ``{"upsert": n, "delete": n}``."""
     from pyspark.sql import functions as F
 
     counts = {r["_op"]: r["n"] for r in src.groupBy("_op").agg(F.count("*").alias("n")).collect()}
     src.createOrReplaceTempView(MERGE_VIEW)
-    spark.sql(merge_sql(cfg, name, MERGE_VIEW, pk, types))
+    spark.sql(merge_sql(cfg, name, MERGE_VIEW, pk, types, into_empty))
     kill_point("silver.merged")
     return {op: int(counts.get(op, 0)) for op in ("upsert", "delete")}
