@@ -18,7 +18,7 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any, Optional
 
-from cdclake.catalog import describe, qualified
+from cdclake.catalog import describe, pyiceberg_catalog, qualified, with_retries
 from cdclake.config import PipelineConfig
 from cdclake.lake import (BRONZE_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ddl_columns, ensure_run_metrics_table,
                           window_filter)
@@ -103,11 +103,30 @@ def log_line(row: dict) -> str:
 
 
 def write_metrics(spark: "SparkSession", cfg: PipelineConfig, rows: list[dict]) -> None:
-    """Append ``rows`` (:func:`metric_rows`) to ``bronze.run_metrics``, created when missing: one commit."""
+    """Append ``rows`` (:func:`metric_rows`) to ``bronze.run_metrics``, created when missing: one commit.
+
+    The few rows are written with pyiceberg, not Spark: a Spark write costs a stage job about two
+    seconds of a cold JVM for one small file. A commit that another run's commit got in before is
+    tried again on the new snapshot, as a locked catalog database is
+    (:func:`cdclake.catalog.with_retries`).
+    """
+    import pyarrow as pa
+    from pyiceberg.exceptions import CommitFailedException
+
     ensure_run_metrics_table(spark, cfg)
-    if rows:
-        df = spark.createDataFrame([tuple(r[c] for c in METRIC_COLUMNS) for r in rows], RUN_METRICS_SCHEMA)
-        df.writeTo(qualified(cfg, RUN_METRICS_TABLE)).append()
+    if not rows:
+        return
+    cat = pyiceberg_catalog(cfg.catalog)
+
+    def append() -> None:
+        table = cat.load_table(RUN_METRICS_TABLE)
+        schema = table.schema().as_arrow()
+        table.append(pa.Table.from_pylist([{c: r[c] for c in METRIC_COLUMNS} for r in rows], schema=schema))
+
+    try:
+        with_retries(append, cfg.catalog, "writing run metrics", transient=(CommitFailedException,))
+    finally:
+        cat.engine.dispose()
 
 
 def record_run(spark: "SparkSession", cfg: PipelineConfig, stage: str, window: Window, result: Any,
