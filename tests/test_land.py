@@ -134,3 +134,30 @@ def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique
     with pytest.raises(LandingShrinks, match=rf"{topic}\[0\] hour .*6 records where 10 were landed"):
         land(spark, cfg, window)
     assert spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'").count() == 10
+
+
+def test_land_refuses_to_replace_the_hour_of_a_partition_kafka_no_longer_has(stack, spark, unique):
+    """A topic recreated with fewer partitions: the landed hour of the partition that is gone counts
+    as 0 records now, and the rerun refuses to overwrite it, as for any shrunk hour."""
+    from confluent_kafka.admin import AdminClient
+
+    from cdclake.catalog import qualified
+    from cdclake.config import load_pipeline
+    from cdclake.lake import RAW_TABLE
+    from cdclake.land import LandingShrinks, land
+    from cdclake.window import Window
+
+    topic = f"gone.{unique}"
+    base = hour(5)
+    records = [r for r in _records(ms(base)) if r["hour"] == 0]
+    produce(stack["bootstrap"], topic, _tuples(records), partitions=2)
+    cfg = load_pipeline(write_pipeline(f"gone_{unique}", [{"topic": topic, "format": "debezium-json"}]))
+    window = Window(base, base + dt.timedelta(hours=1), (topic,))
+    assert land(spark, cfg, window) == {topic: 20}
+
+    admin = AdminClient({"bootstrap.servers": stack["bootstrap"]})
+    admin.delete_topics([topic])[topic].result(timeout=10)
+    produce(stack["bootstrap"], topic, _tuples([r for r in records if r["partition"] == 0]), partitions=1)
+    with pytest.raises(LandingShrinks, match=rf"{topic}\[1\] hour .*0 records where 10 were landed"):
+        land(spark, cfg, window)
+    assert spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'").count() == 20

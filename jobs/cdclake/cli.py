@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 from cdclake.catalog import describe
 from cdclake.config import PipelineConfig, load_pipeline
-from cdclake.errors import KafkaUnavailable, exit_code, expected, task_failure
+from cdclake.errors import KafkaUnavailable, exit_code, expected, task_error, task_failure
 from cdclake.window import Window, make_window
 
 log = logging.getLogger("cdclake")
@@ -88,13 +88,11 @@ def main(stage: str, run: Callable[[PipelineConfig, Optional[Window]], object], 
             print(f"error: {exc}", file=sys.stderr)
             return exit_code(exc)
         log.error("stage %s failed", stage, exc_info=True)
-        cause = task_failure(exc)
-        unavailable = f"{KafkaUnavailable.__module__}.{KafkaUnavailable.__name__}: "
-        if cause and cause.startswith(unavailable):  # raised in a Spark task reading Kafka
-            print(f"error: cannot read Kafka at {cfg.kafka.bootstrap_servers}: {cause.removeprefix(unavailable)}",
-                  file=sys.stderr)
+        unavailable = task_error(exc, KafkaUnavailable)  # raised in a Spark task reading Kafka
+        if unavailable is not None:
+            print(f"error: cannot read Kafka at {cfg.kafka.bootstrap_servers}: {unavailable}", file=sys.stderr)
         else:
-            print(f"error: {stage} failed: {cause or describe(exc)}", file=sys.stderr)
+            print(f"error: {stage} failed: {task_failure(exc) or describe(exc)}", file=sys.stderr)
         return exit_code(exc)
 
 

@@ -122,3 +122,11 @@ def task_failure(exc: BaseException) -> str | None:
         if found:
             return found[-1].strip()
     return None
+
+
+def task_error(exc: BaseException, cls: type) -> Optional[str]:
+    """The message of the ``cls`` a failed Spark task raised inside ``exc`` (the last line of its
+    traceback, :func:`task_failure`, reads ``module.Class: message``), or None when the task's
+    exception was not a ``cls`` or ``exc`` holds no Python traceback."""
+    cause, raised = task_failure(exc), f"{cls.__module__}.{cls.__name__}: "
+    return cause.removeprefix(raised) if cause and cause.startswith(raised) else None

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Optional
 from cdclake import kafka_ranges
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
-from cdclake.errors import LandingShrinks, task_failure
+from cdclake.errors import LandingShrinks, task_error
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import OffsetRange, Piece
 from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
@@ -126,7 +126,7 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
     :class:`LandingShrinks`: a task that re-reads a landed hour and finds fewer records than the
     ledger says it landed (:func:`shrinking`) fails, so the overwrite commits nothing and Kafka is
-    read once, rerun or not.
+    read once, rerun or not; a landed partition that Kafka no longer has is refused before any read.
     """
     from pyspark.accumulators import AccumulatorParam
 
@@ -170,14 +170,18 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     todo = spark.createDataFrame(spark.sparkContext.parallelize(parts, max(1, len(parts))),
                                  "kafka_topic string, kafka_partition int")
     df = todo.mapInArrow(read, RAW_SCHEMA)
+    # a landed partition Kafka no longer has (the topic recreated with fewer) holds no record now
+    reason = shrinking([OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), 0, 0, 0)
+                        for t, p, h in landed if (t, p) not in plans], landed)
+    if reason is not None:
+        raise LandingShrinks(reason)
     try:
         overwrite_hours(df, cfg, RAW_TABLE, window, topics)
-    except Exception as exc:  # a reading task's LandingShrinks comes back inside Spark's error
-        shrinks = f"{LandingShrinks.__module__}.{LandingShrinks.__name__}: "
-        cause = task_failure(exc) or ""
-        if not cause.startswith(shrinks):
+    except Exception as exc:
+        reason = task_error(exc, LandingShrinks)  # a reading task's, inside Spark's error
+        if reason is None:
             raise
-        raise LandingShrinks(cause.removeprefix(shrinks)) from None
+        raise LandingShrinks(reason) from None
     kill_point("land.raw_written")
 
     ledger = _ledger_rows(reported.value, plans)

@@ -143,7 +143,8 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
             return result
         schema = None
     new_table = not table_exists(spark, name)  # created for this batch: its MERGE is an INSERT
-    had_key_changes = has_key_changes(spark, name)  # only then can a late change sit under a merged one
+    # only a table with a merged key change can have a late change sit under it
+    had_key_changes = not new_table and has_key_changes(spark, name)
     replay = landed is not None and had_key_changes
     pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result, schema, reread=replay)
     if replay:
