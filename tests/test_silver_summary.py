@@ -97,7 +97,33 @@ def test_orders_sort_in_python_as_spark_sorts_them(spark):
     assert [r["i"] for r in sorted(rows, key=lambda r: order_key(r["o"]))] == by_spark
 
 
-@pytest.mark.parametrize("case", ["mixed", "schema", "truncate only", "partial images"])
+def test_the_summary_knows_whether_a_table_has_a_key_change(spark):
+    """``moves``: whether a change updates a key column (its before image holds the whole key),
+    known only when every data change of the table has the table's key (else silver asks the
+    keyed rows themselves)."""
+    from pyspark.sql import functions as F
+
+    from cdclake.silver.keys import keyed_rows_with_moves
+
+    def moves(rows):
+        return summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")].moves
+
+    ins = change("a", "insert", 1, after={"id": "1", "v": "x"})
+    same_key = change("a", "update", 2, after={"id": "1", "v": "y"}, before={"id": "1", "v": "x"})
+    moved = change("a", "update", 3, after={"id": "2", "v": "y"}, before={"id": "1", "v": "y"})
+    no_old_key = change("a", "update", 4, after={"id": "3", "v": "y"}, before={"v": "y"})  # not a move: no old key
+    assert moves([ins, same_key, no_old_key, change("a", "delete", 5, before={"id": "1"})]) is False
+    assert moves([ins, same_key, moved]) is True
+    assert moves([ins, change("a", "truncate", 6), moved]) is True  # a truncate has no key: not asked
+    assert moves([ins, dict(same_key, primary_key=["v"])]) is None  # two keys: unknown
+    # the same answer as the keyed rows give, by their own flag and by their move rows
+    for rows in ([ins, same_key, no_old_key], [ins, moved], [dict(moved, primary_key=["id", "v"])]):
+        summary = summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")]
+        keyed, flag = keyed_rows_with_moves(frame(spark, rows), summary.primary_key)
+        assert summary.moves is flag is bool(keyed.where(F.col("_kind") == "move").take(1))
+
+
+@pytest.mark.parametrize("case", ["mixed", "schema", "truncate only", "partial images", "key changes"])
 def test_the_summary_equals_sparks_own_queries(spark, case):
     if case == "mixed":
         rows = [change("a", "insert", 1, after={"id": "1", "v": "x"}, types={"id": "int", "v": "string"}),
@@ -111,6 +137,11 @@ def test_the_summary_equals_sparks_own_queries(spark, case):
         rows += [change("a", "update", 30, after={"id": "3", "n": "1.5"}, types={"id": "int", "n": "decimal(12,2)"})]
     elif case == "truncate only":
         rows = [change("a", "truncate", 9), change("a", "truncate", 4, topic="t2")]
+    elif case == "key changes":
+        rows = [change("a", "insert", 1, after={"id": "1"}), change("a", "update", 2, after={"id": "2"}, before={"id": "1"}),
+                change("b", "update", 3, after={"k": "1", "v": "2"}, before={"k": "1", "v": "1"}, pk=("k",)),
+                change("c", "update", 4, after={"k": "1"}, before={"k": "1"}, pk=("k",)),
+                change("c", "update", 5, after={"k": "1", "j": "2"}, before={"k": "1", "j": "1"}, pk=("k", "j"))]
     else:  # Maxwell-like partial before images, several per table, positions of two elements
         rows = [dict(change("a", "update", 10 + i, after={"id": str(i), "x": "1", "y": "2", "z": "3"},
                             before={c: "0" for c in "zyx"[: i % 3 + 1]}, types={"id": "int"}),
@@ -120,6 +151,6 @@ def test_the_summary_equals_sparks_own_queries(spark, case):
     assert list(got) == list(want)
     for st in got:
         g, w = got[st], want[st]
-        assert (g.changes, g.rows, g.truncate, g.primary_key, g.topics, g.columns) == (
-            w.changes, w.rows, w.truncate, w.primary_key, w.topics, w.columns), st
+        assert (g.changes, g.rows, g.truncate, g.primary_key, g.topics, g.columns, g.moves) == (
+            w.changes, w.rows, w.truncate, w.primary_key, w.topics, w.columns, w.moves), st
         assert sorted(g.typed) == sorted(w.typed) and g.schema() == w.schema(), st

@@ -244,10 +244,27 @@ def qualified(cfg: PipelineConfig, table: str) -> str:
 
 
 def ensure_namespace(spark: "SparkSession", cfg: PipelineConfig, namespace: str) -> None:
-    """Create a namespace in the pipeline's catalog when missing."""
+    """Create a namespace in the pipeline's catalog when missing.
+
+    Two threads (silver merges tables at the same time) may both find it missing: the one whose
+    create fails because the other's came first goes on; any other error propagates."""
     from cdclake.types import quote_ident
 
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{quote_ident(namespace)}")
+    qualified_ns = f"{cfg.catalog.name}.{quote_ident(namespace)}"
+    try:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {qualified_ns}")
+    except Exception:
+        if not spark.catalog.databaseExists(qualified_ns):
+            raise
+
+
+def temp_view(prefix: str, name: str) -> str:
+    """The name of a temporary view of table ``name``'s rows: ``prefix`` (unquoted letters, digits
+    and underscores), ``_`` and 16 hex digits of the name's SHA-1. Steps run for several tables at
+    the same time each use their table's view, and any table name gives a plain identifier."""
+    import hashlib
+
+    return f"{prefix}_{hashlib.sha1(name.encode('utf-8')).hexdigest()[:16]}"
 
 
 def materialize(df: "DataFrame") -> "DataFrame":

@@ -217,6 +217,11 @@ class SilverConfig(_Model):
     ``complete_transactions``: apply a transaction's changes only once the whole transaction has
     landed, where the format marks transaction boundaries (Qlik ``transactionLastEvent``,
     SharePlex ``idx``/``size``, DTS ``COMMIT``; see :mod:`cdclake.silver.transactions`).
+
+    ``parallel_tables``: how many source tables of a window are merged at the same time (each
+    by its own driver thread, its Spark jobs beside the others'): one table's steps leave cores
+    idle (one-task stages, the driver between jobs) that another table's jobs then use. 1 merges
+    them one after the other.
     """
 
     namespace: str = "silver"
@@ -225,6 +230,7 @@ class SilverConfig(_Model):
     tombstone_retention_hours: int = Field(24 * 7, ge=1)
     buckets: int = Field(8, ge=1)
     write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
+    parallel_tables: int = Field(2, ge=1)
 
 
 class GatesConfig(_Model):

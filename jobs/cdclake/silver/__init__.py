@@ -2,7 +2,8 @@
 
 One aggregation of the window's bronze rows lists its source tables and tells, for each, its
 change count, latest truncate, primary key, column types and column order
-(:func:`cdclake.silver.tables.summarize_batch`). Then, for every source table:
+(:func:`cdclake.silver.tables.summarize_batch`). Then, for every source table (``silver.parallel_tables``
+of them at the same time, each by its own driver thread):
 
 1. Changes are keyed by the primary key (a delete by its before image, others by the after
    image; an update that changes the key, a *move*, also deletes the old key) and ordered by
@@ -73,7 +74,7 @@ from cdclake.errors import SchemaChangeError, SilverError
 from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, table_exists, tombstone_table, window_filter
 from cdclake.silver.history import apply_history
 from cdclake.silver.keys import carry_over, keyed_rows_with_moves, replay_rows, with_tombstones
-from cdclake.silver.merge import MERGE_VIEW, merge_into, merge_source
+from cdclake.silver.merge import merge_into, merge_source, merge_view
 from cdclake.silver.tables import (BatchSummary, TableResult, after_truncate, apply_truncates, batch_schema,
                                    ensure_silver_table, has_key_changes, mark_key_changes, new_table_options,
                                    open_silver_table, record_tombstones, summarize_batch)
@@ -91,7 +92,7 @@ log = logging.getLogger(__name__)
 
 def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, name: str, rows: "DataFrame",
                  result: TableResult, schema: Optional[tuple[list[str], dict[str, str]]] = None,
-                 reread: bool = False) -> tuple[list[str], dict[str, str], "DataFrame", bool]:
+                 reread: bool = False, moves: Optional[bool] = None) -> tuple[list[str], dict[str, str], "DataFrame", bool]:
     """``(pk, types, keyed, moved)`` of a batch's bronze ``rows``: its key and column types
     (``schema``, else :func:`cdclake.silver.tables.batch_schema` of ``rows``), with silver table
     ``name`` created or evolved to hold them; its rows keyed (:func:`cdclake.silver.keys.keyed_rows`;
@@ -100,11 +101,13 @@ def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, na
 
     ``keyed`` is computed once when it has a key change or ``reread`` (it is read again, by
     :func:`cdclake.silver.keys.replay_rows`); otherwise its tombstones are joined in by the one
-    query that reads it, the collapse.
+    query that reads it, the collapse. ``moves``: whether ``rows`` hold a key change under their
+    key, when the batch summary knows it (:attr:`cdclake.silver.tables.BatchSummary.moves`);
+    False spares computing the keyed rows before the collapse (and asking them).
     """
     pk, types = schema or batch_schema(rows, name)
     types = ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st))
-    keyed, moved = keyed_rows_with_moves(rows, pk)
+    keyed, moved = keyed_rows_with_moves(rows, pk, None if reread else moves)
     if cfg.silver.delete_mode == "hard":
         keyed = with_tombstones(spark, cfg, st, keyed, len(pk))
         if moved or reread:
@@ -146,7 +149,8 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     # only a table with a merged key change can have a late change sit under it
     had_key_changes = not new_table and has_key_changes(spark, name)
     replay = landed is not None and had_key_changes
-    pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result, schema, reread=replay)
+    pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result, schema, reread=replay,
+                                           moves=summary.moves if truncated_at is None else None)
     if replay:
         extra = replay_rows(spark, cfg, name, keyed, rows, after_truncate(landed, truncated_at), pk, types)
         if extra is not None:
@@ -160,7 +164,8 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     counts = merge_into(spark, cfg, name, src, pk, types, into_empty=new_table)
     result.upserts, result.deletes = counts["upsert"], counts["delete"]
     if cfg.silver.delete_mode == "hard" and result.deletes:
-        record_tombstones(spark, cfg, st, MERGE_VIEW, len(pk))
+        record_tombstones(spark, cfg, st, merge_view(name), len(pk))
+    spark.catalog.dropTempView(merge_view(name))
     if history and landed is not None:
         result.history_versions = apply_history(spark, cfg, st.silver_name, rows, landed, pk, types, result)
     log.info("silver %s: %d changes -> %d keys upserted, %d deleted%s", name, result.changes, result.upserts,
@@ -169,7 +174,12 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
 
 
 def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> list[TableResult]:
-    """Merge the window's bronze changes of the selected topics into silver, table by table.
+    """Merge the window's bronze changes of the selected topics into silver, table by table:
+    ``silver.parallel_tables`` tables at a time, each by a driver thread of its own, whose Spark
+    jobs run beside the other tables' (a table's steps touch only its own silver, tombstone and
+    history tables and temporary views; source tables of one silver name are merged in turn).
+    Returns one :class:`TableResult` per merged table, in the order of
+    :func:`cdclake.silver.tables.summarize_batch` (grouped by silver name).
 
     Raises :class:`SilverError` listing the tables that failed, after all others are merged.
     """
@@ -183,17 +193,35 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
         bronze, _held = complete_changes(spark, cfg, every, window, topics)
     else:
         bronze = every.where(window_filter(window, topics))
-    results, errors = [], []
-    for st, summary in summarize_batch(bronze, prefixes).items():
+
+    def one(st: SourceTable, summary: BatchSummary) -> tuple[Optional[TableResult], Optional[str]]:
         st_topics = summary.topics
         same = (F.col("source_database").eqNullSafe(F.lit(st.database)) & F.col("source_schema").eqNullSafe(F.lit(st.schema))
                 & (F.col("source_table") == F.lit(st.table)) & F.col("kafka_topic").isin(st_topics))
         try:
-            results.append(apply_table(spark, cfg, st, bronze.where(same), every.where(same),
-                                       history=bool(with_history & set(st_topics)), summary=summary))
+            return apply_table(spark, cfg, st, bronze.where(same), every.where(same),
+                               history=bool(with_history & set(st_topics)), summary=summary), None
         except Exception as exc:
             log.error("silver table for %s (topics %s) failed: %s", st, st_topics, describe(exc), exc_info=True)
-            errors.append(f"{st} -> {st.silver_name}: {describe(exc)}")
+            return None, f"{st} -> {st.silver_name}: {describe(exc)}"
+
+    # source tables whose silver names are equal (names shortened to 255 characters) are merged
+    # one after the other, by one thread: the first creates the table, the next finds it taken
+    groups: dict[str, list] = {}
+    for st, summary in summarize_batch(bronze, prefixes).items():
+        groups.setdefault(st.silver_name, []).append((st, summary))
+
+    def in_turn(group: list) -> list:
+        return [one(st, summary) for st, summary in group]
+
+    if cfg.silver.parallel_tables > 1 and len(groups) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(cfg.silver.parallel_tables, len(groups)), thread_name_prefix="silver") as pool:
+            done = [d for ds in pool.map(in_turn, groups.values()) for d in ds]
+    else:
+        done = [d for group in groups.values() for d in in_turn(group)]
+    errors = [e for _, e in done if e is not None]
     if errors:
         raise SilverError(f"{len(errors)} table(s) not merged: " + "; ".join(errors))
-    return results
+    return [r for r, _ in done if r is not None]

@@ -35,7 +35,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from cdclake import types as T
-from cdclake.catalog import ensure_namespace, materialize
+from cdclake.catalog import ensure_namespace, materialize, temp_view
 from cdclake.config import PipelineConfig
 from cdclake.lake import HISTORY_META, history_namespace, history_table, table_location
 from cdclake.silver.keys import MAX_CHAIN
@@ -178,16 +178,18 @@ def apply_history(spark: "SparkSession", cfg: PipelineConfig, silver_name: str, 
     select += ["op AS _cdc_op", "pos AS _cdc_valid_from_position", "ts AS _cdc_valid_from_ts_ms",
                "to_pos AS _cdc_valid_to_position", "to_ts AS _cdc_valid_to_ts_ms", "is_current AS _cdc_is_current",
                "kp AS _cdc_kafka_partition", "ko AS _cdc_kafka_offset"]
-    versions.createOrReplaceTempView("_cdc_versions_raw")
-    staged = spark.sql(f"SELECT {', '.join(select)} FROM _cdc_versions_raw").persist()
-    staged.createOrReplaceTempView("_cdc_versions")
+    raw_view, view = temp_view("_cdc_versions_raw", name), temp_view("_cdc_versions", name)  # tables merge at once
+    versions.createOrReplaceTempView(raw_view)
+    staged = spark.sql(f"SELECT {', '.join(select)} FROM {raw_view}").persist()
+    staged.createOrReplaceTempView(view)
     n = staged.count()
     on = " AND ".join([f"h.{q(k)} = s.{q(k)}" for k in pk] + [
         "h._cdc_valid_from_position = s._cdc_valid_from_position",
         "h._cdc_kafka_partition = s._cdc_kafka_partition", "h._cdc_kafka_offset = s._cdc_kafka_offset"])
-    spark.sql(f"MERGE INTO {name} h USING _cdc_versions s ON {on} "
+    spark.sql(f"MERGE INTO {name} h USING {view} s ON {on} "
               "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
-    spark.catalog.dropTempView("_cdc_versions")
+    spark.catalog.dropTempView(view)
+    spark.catalog.dropTempView(raw_view)
     staged.unpersist()  # dropping the view leaves its cached rows in memory
     log.info("history %s: %d versions of %d keys merged", name, n, keys.count())
     return n

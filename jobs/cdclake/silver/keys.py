@@ -31,7 +31,20 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     return keyed_rows_with_moves(changes, pk)[0]
 
 
-def keyed_rows_with_moves(changes: "DataFrame", pk: list[str]) -> tuple["DataFrame", bool]:
+def key_change(keys):
+    """Whether a bronze change is a *move*: an update whose before image holds every key column
+    (not null) and whose after image differs from it in one (null-safe). ``keys``: an array column
+    of the key's column names (literal, or a row's ``primary_key``). A Column, never null."""
+    from pyspark.sql import functions as F
+
+    before, after = F.col("before"), F.col("after")
+    return ((F.col("op") == "update") & before.isNotNull()
+            & F.exists(keys, lambda k: ~before[k].eqNullSafe(after[k]))
+            & F.forall(keys, lambda k: before[k].isNotNull()))
+
+
+def keyed_rows_with_moves(changes: "DataFrame", pk: list[str],
+                          moves: Optional[bool] = None) -> tuple["DataFrame", bool]:
     """Bronze changes as one row per key they affect (the input of :func:`cdclake.silver.merge.collapse`)
     and whether the batch has a move.
 
@@ -45,7 +58,10 @@ def keyed_rows_with_moves(changes: "DataFrame", pk: list[str]) -> tuple["DataFra
 
     Computed once (:func:`cdclake.catalog.materialize`): one pass over ``changes``, and a second
     over its result only when the batch has a move. Returns ``(rows, moved)``: ``moved`` says
-    whether the batch has a move (:func:`has_moves`, asked once).
+    whether the batch has a move (:func:`has_moves`, asked once). Given ``moves=False`` (the
+    batch's summary proves it has none: :attr:`cdclake.silver.tables.BatchSummary.moves`), the
+    rows are returned as a projection of ``changes``, not computed: the one query that reads them
+    (the collapse) computes them.
     """
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
@@ -53,21 +69,20 @@ def keyed_rows_with_moves(changes: "DataFrame", pk: list[str]) -> tuple["DataFra
     keys = [f"_k{i}" for i in range(len(pk))]
     olds = [f"_o{i}" for i in range(len(pk))]
     is_delete = F.col("op") == "delete"
-    key_changed = F.lit(False)
-    for k in pk:
-        key_changed = key_changed | ~F.col("before")[k].eqNullSafe(F.col("after")[k])
-    moved = ((F.col("op") == "update") & F.col("before").isNotNull() & key_changed
-             & F.forall(F.array(*[F.col("before")[k] for k in pk]), lambda v: v.isNotNull()))
+    moved = key_change(F.array(*[F.lit(k) for k in pk]))
     kind = (F.when(is_delete, "delete").when(moved, "move").when(F.col("op") == "update", "update")
             .otherwise("insert"))
     meta = [F.col("source_position").alias("_cdc_position"), F.col("kafka_partition").alias("_cdc_kafka_partition"),
             F.col("kafka_offset").alias("_cdc_kafka_offset"), F.col("op").alias("_cdc_op"),
             F.col("source_ts_ms").alias("_cdc_source_ts_ms")]
-    rows = materialize(changes.select(
+    rows = changes.select(
         *[F.when(is_delete, F.col("before")[k]).otherwise(F.col("after")[k]).alias(n) for k, n in zip(pk, keys)],
         kind.alias("_kind"), F.when(is_delete, F.lit(None)).otherwise(F.col("after")).alias("_img"),
         F.col("before").alias("_before"), BRONZE.column(row=True).alias("_ord"), F.lit(False).alias("_tomb"), *meta,
-        *[F.when(moved, F.col("before")[k]).alias(n) for k, n in zip(pk, olds)]))
+        *[F.when(moved, F.col("before")[k]).alias(n) for k, n in zip(pk, olds)])
+    if moves is False:
+        return rows, False
+    rows = materialize(rows)
     if not has_moves(rows):
         return rows, False
     # a key change delivered twice is one change: the second copy would find the old key deleted

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from cdclake import types as T
-from cdclake.catalog import materialize
+from cdclake.catalog import materialize, temp_view
 from cdclake.config import PipelineConfig
 from cdclake.faults import kill_point
 from cdclake.lake import LAST_CHANGE_COLUMNS, META_COLUMNS, ORDER_TYPE, SOFT_DELETE_COLUMN
@@ -21,8 +21,14 @@ from cdclake.silver.order import in_struct, latest_change, literal
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: The temporary view holding a table's collapsed batch while it is merged.
+#: The temporary view holding a table's collapsed batch while it is merged (the name's start:
+#: :func:`merge_view` adds the table's, as tables may be merged at the same time).
 MERGE_VIEW = "_cdc_merge_source"
+
+
+def merge_view(name: str) -> str:
+    """The temporary view of silver table ``name``'s collapsed batch (:func:`cdclake.catalog.temp_view`)."""
+    return temp_view(MERGE_VIEW, name)
 
 
 #: Widest table whose batch collapses with one aggregate per column (:func:`collapse`); a wider
@@ -269,11 +275,12 @@ def merge_into(spark: "SparkSession", cfg: PipelineConfig, name: str, src: "Data
                types: dict[str, str], into_empty: bool = False) -> dict[str, int]:
     """MERGE ``src`` (:func:`merge_source`) into silver table ``name`` (:func:`merge_sql`; an
     INSERT when ``into_empty``: the table was created for this batch), leaving it in the view
-    :data:`MERGE_VIEW`; return the keys it upserts and deletes, ``{"upsert": n, "delete": n}``."""
+    :func:`merge_view` of ``name``; return the keys it upserts and deletes, ``{"upsert": n, "delete": n}``."""
     from pyspark.sql import functions as F
 
     counts = {r["_op"]: r["n"] for r in src.groupBy("_op").agg(F.count("*").alias("n")).collect()}
-    src.createOrReplaceTempView(MERGE_VIEW)
-    spark.sql(merge_sql(cfg, name, MERGE_VIEW, pk, types, into_empty))
+    view = merge_view(name)
+    src.createOrReplaceTempView(view)
+    spark.sql(merge_sql(cfg, name, view, pk, types, into_empty))
     kill_point("silver.merged")
     return {op: int(counts.get(op, 0)) for op in ("upsert", "delete")}

@@ -22,6 +22,7 @@ from cdclake.errors import SchemaChangeError, SilverError
 from cdclake.lake import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, META_COLUMNS, PRIMARY_KEY_PROPERTY, SOFT_DELETE_COLUMN,
                           SOURCE_TABLE_PROPERTY, SourceTable, ensure_tombstone_table, resolve_legacy_name, silver_table,
                           table_exists, table_location, tombstone_table)
+from cdclake.silver.keys import key_change
 from cdclake.silver.order import BRONZE, latest_change, literal
 
 if TYPE_CHECKING:
@@ -88,7 +89,9 @@ class BatchSummary:
     ``(column, canonical type)`` pair of the changes' column types, in the order of the latest
     change carrying each; ``columns``: every column of an after or before image in source order
     (by the first change carrying it, then its place in that image); ``topics``: the Kafka topics
-    the changes came from.
+    the changes came from; ``moves``: whether a change is a key change (an update of a key
+    column, :func:`cdclake.silver.keys.key_change`) under ``primary_key``, known (True or False)
+    when every change that is not a truncate has that key, else None.
     """
 
     changes: int = 0
@@ -98,6 +101,7 @@ class BatchSummary:
     typed: list[tuple[str, str]] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
+    moves: Optional[bool] = None
 
     def schema(self, table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
         """Primary key and column types (widened over the batch), in source order; see :func:`batch_schema`."""
@@ -128,7 +132,9 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
     """The batch reduced to its distinct shapes per source table: ``_prefix``, ``source_database``,
     ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
     entries), ``after`` and ``before`` (the images' column names), with ``n`` (changes), ``last``
-    and ``first`` (the latest and first order), ``primary_key`` (of the latest) and ``topics``."""
+    and ``first`` (the latest and first order), ``primary_key`` (of the latest), ``topics``,
+    ``pk_min`` and ``pk_max`` (the least and greatest primary key) and ``moves`` (whether a change
+    is a key change under its own primary key; null when none has a key)."""
     from pyspark.sql import functions as F
 
     order = BRONZE.column(row=True)
@@ -136,11 +142,14 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
     prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
     return (changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
                            (F.col("op") == "truncate").alias("_trunc"), "column_types", "after", "before",
-                           "primary_key", order.alias("_ord"))
+                           "primary_key", order.alias("_ord"),
+                           F.when(F.col("primary_key").isNotNull(), key_change(F.col("primary_key"))).alias("_moved"))
             .groupBy(*_IDS, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
                      F.map_keys("before").alias("before"))
             .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
-                 F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics")))
+                 F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics"),
+                 F.min("primary_key").alias("pk_min"), F.max("primary_key").alias("pk_max"),
+                 F.max("_moved").alias("moves")))
 
 
 def order_key(value) -> tuple:
@@ -172,6 +181,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
     topics: dict[tuple, set] = {}
     typed: dict[tuple, tuple] = {}  # (table, column, type) -> key of the latest order carrying it
     placed: dict[tuple, tuple] = {}  # (table, column) -> key of the first (order, image, place) carrying it
+    moves: dict[tuple, list] = {}  # table -> [(least key, greatest key, key change)] of its data changes' shapes
     for r in _shapes(changes, prefixes).collect():
         ids = tuple(r[c] for c in _IDS)
         summary = out.setdefault(ids, BatchSummary())
@@ -185,6 +195,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
         if trunc is not False:
             continue
         summary.rows += int(r["n"])
+        moves.setdefault(ids, []).append((r["pk_min"], r["pk_max"], r["moves"]))
         last, first = order_key(r["last"]), order_key(r["first"])
         if ids not in latest or last > latest[ids][0]:
             latest[ids] = (last, r["primary_key"])
@@ -201,11 +212,20 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
         summary.truncate = tuple(truncate[ids][1])[:3] if ids in truncate else None
         summary.primary_key = list(latest[ids][1] or []) if ids in latest else []
         summary.topics = sorted(topics[ids])
+        summary.moves = known_moves(summary.primary_key, moves.get(ids, []))
     for (ids, c, t), _ in sorted(typed.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][2] or "")):
         out[ids].typed.append((c, t))
     for (ids, c), _ in sorted(placed.items(), key=lambda kv: kv[1]):
         out[ids].columns.append(c)
     return {SourceTable(*k): v for k, v in sorted(out.items(), key=lambda kv: SourceTable(*kv[0]).silver_name)}
+
+
+def known_moves(pk: list[str], shapes: list[tuple]) -> Optional[bool]:
+    """:attr:`BatchSummary.moves` of a table from its data changes' shapes, ``(least key, greatest
+    key, key change)`` each: whether one is a key change, when every shape's keys are ``pk``."""
+    if not pk or any(lo is None or list(lo) != pk or list(hi) != pk or moved is None for lo, hi, moved in shapes):
+        return None
+    return any(moved for _, _, moved in shapes)
 
 
 def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, str]] = None) -> dict[SourceTable, BatchSummary]:
@@ -216,16 +236,19 @@ def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, 
     ids = _IDS
     shapes = materialize(_shapes(changes, prefixes))
     data = F.when(~F.col("_trunc"), F.col("last"))  # max_by passes over rows whose ordering is null
+    on_data = ~F.col("_trunc")
     tables = shapes.groupBy(*ids).agg(
         F.sum("n").alias("changes"), F.sum(F.when(~F.col("_trunc"), F.col("n"))).alias("rows"),
         F.max(F.when(F.col("_trunc"), F.col("last"))).alias("truncate"), F.max_by("primary_key", data).alias("pk"),
-        F.array_sort(F.array_distinct(F.flatten(F.collect_list("topics")))).alias("topics")).collect()
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list("topics")))).alias("topics"),
+        F.collect_list(F.when(on_data, F.struct("pk_min", "pk_max", "moves"))).alias("moves")).collect()
     out: dict[tuple, BatchSummary] = {}
     for r in tables:
+        pk = list(r["pk"] or [])
         out[tuple(r[c] for c in ids)] = BatchSummary(
             changes=int(r["changes"]), rows=int(r["rows"] or 0),
             truncate=None if r["truncate"] is None else tuple(r["truncate"])[:3],
-            primary_key=list(r["pk"] or []), topics=list(r["topics"]))
+            primary_key=pk, topics=list(r["topics"]), moves=known_moves(pk, [tuple(m) for m in r["moves"]]))
     shaped = shapes.where(~F.col("_trunc"))
     # types in the order of the latest change carrying each (column, type) pair
     for r in (shaped.select(*ids, F.explode("types").alias("ct"), "last")
