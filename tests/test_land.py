@@ -111,25 +111,33 @@ def test_an_hour_is_written_by_every_task_that_holds_its_records(stack, spark, u
     assert len(quarantine) == 2 and min(quarantine.values()) >= 2, quarantine
 
 
-def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique):
+def _landed_then_deleted(stack, spark, topic: str, records: list, partitions: int):
+    """Produce ``records`` to a new ``topic`` of ``partitions``, land its hour 5 (all of them), then
+    delete the topic; return the pipeline config and the window."""
     from confluent_kafka.admin import AdminClient
+
+    from cdclake.config import load_pipeline
+    from cdclake.land import land
+    from cdclake.window import Window
+
+    produce(stack["bootstrap"], topic, _tuples(records), partitions=partitions)
+    cfg = load_pipeline(write_pipeline(topic.replace(".", "_"), [{"topic": topic, "format": "debezium-json"}]))
+    window = Window(hour(5), hour(6), (topic,))
+    assert land(spark, cfg, window) == {topic: len(records)}
+    admin = AdminClient({"bootstrap.servers": stack["bootstrap"]})  # kept until the deletion is done
+    admin.delete_topics([topic])[topic].result(timeout=10)
+    return cfg, window
+
+
+def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique):
 
     from cdclake.catalog import qualified
     from cdclake.lake import RAW_TABLE
-    from cdclake.config import load_pipeline
     from cdclake.land import LandingShrinks, land
-    from cdclake.window import Window
 
     topic = f"shrink.{unique}"
-    base = hour(5)
-    records = [r for r in _records(ms(base)) if r["partition"] == 0 and r["hour"] == 0]
-    produce(stack["bootstrap"], topic, _tuples(records), partitions=1)
-    cfg = load_pipeline(write_pipeline(f"shrink_{unique}", [{"topic": topic, "format": "debezium-json"}]))
-    window = Window(base, base + dt.timedelta(hours=1), (topic,))
-    assert land(spark, cfg, window) == {topic: 10}
-
-    admin = AdminClient({"bootstrap.servers": stack["bootstrap"]})
-    admin.delete_topics([topic])[topic].result(timeout=10)
+    records = [r for r in _records(ms(hour(5))) if r["partition"] == 0 and r["hour"] == 0]
+    cfg, window = _landed_then_deleted(stack, spark, topic, records, 1)
     produce(stack["bootstrap"], topic, _tuples(records[:6]), partitions=1)  # retention took four records
     with pytest.raises(LandingShrinks, match=rf"{topic}\[0\] hour .*6 records where 10 were landed"):
         land(spark, cfg, window)
@@ -139,24 +147,14 @@ def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique
 def test_land_refuses_to_replace_the_hour_of_a_partition_kafka_no_longer_has(stack, spark, unique):
     """A topic recreated with fewer partitions: the landed hour of the partition that is gone counts
     as 0 records now, and the rerun refuses to overwrite it, as for any shrunk hour."""
-    from confluent_kafka.admin import AdminClient
 
     from cdclake.catalog import qualified
-    from cdclake.config import load_pipeline
     from cdclake.lake import RAW_TABLE
     from cdclake.land import LandingShrinks, land
-    from cdclake.window import Window
 
     topic = f"gone.{unique}"
-    base = hour(5)
-    records = [r for r in _records(ms(base)) if r["hour"] == 0]
-    produce(stack["bootstrap"], topic, _tuples(records), partitions=2)
-    cfg = load_pipeline(write_pipeline(f"gone_{unique}", [{"topic": topic, "format": "debezium-json"}]))
-    window = Window(base, base + dt.timedelta(hours=1), (topic,))
-    assert land(spark, cfg, window) == {topic: 20}
-
-    admin = AdminClient({"bootstrap.servers": stack["bootstrap"]})
-    admin.delete_topics([topic])[topic].result(timeout=10)
+    records = [r for r in _records(ms(hour(5))) if r["hour"] == 0]
+    cfg, window = _landed_then_deleted(stack, spark, topic, records, 2)
     produce(stack["bootstrap"], topic, _tuples([r for r in records if r["partition"] == 0]), partitions=1)
     with pytest.raises(LandingShrinks, match=rf"{topic}\[1\] hour .*0 records where 10 were landed"):
         land(spark, cfg, window)
