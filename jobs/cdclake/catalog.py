@@ -81,6 +81,16 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         "spark.ui.retainedStages": "200",
         "spark.ui.retainedTasks": "20000",
         "spark.sql.maxPlanStringLength": "200000",
+        # A silver MERGE joins the whole table (the left side of a right outer join: every row,
+        # every column) with the batch's keys, shuffling and sorting it. A Bloom filter of the
+        # batch's keys drops the rows no change touches before that shuffle. Spark builds one only
+        # for a table scan of at least the first size, from a batch of at most the second, and not
+        # where a dynamic partition pruning filter on the same key came first: the silver tables
+        # are bucketed by key, so that filter is planned, and a batch that touches every bucket
+        # prunes nothing. Dropping a row the join would not have matched changes no result.
+        "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "1MB",
+        "spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold": "1GB",
+        "spark.sql.optimizer.dynamicPartitionPruning.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.defaultCatalog": cat.name,
         prefix: "org.apache.iceberg.spark.SparkCatalog",
