@@ -104,6 +104,7 @@ def test_collapse_equals_the_exploded_reference(spark, seed):
     want = _rows(collapse_exploded(batch, 2))
     assert len(want) > 20
     assert _rows(collapse(batch, 2, ALL)) == want
+    assert _rows(collapse(batch, 2, ALL, by_column=True)) == want
     assert _rows(collapse_by_column(batch, 2, ALL)) == want
 
 

@@ -123,6 +123,21 @@ def test_the_summary_knows_whether_a_table_has_a_key_change(spark):
         assert summary.moves is flag is bool(keyed.where(F.col("_kind") == "move").take(1))
 
 
+def test_the_summary_knows_whether_most_images_are_partial(spark):
+    """``partial``: most changes with an after image lack a column another image of the table in
+    the batch carries (SharePlex updates carry only the changed columns); deletes have none."""
+    def partial(rows):
+        return summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")].partial
+
+    full = [change("a", "insert", i, after={"id": str(i), "v": "x", "w": "1"}) for i in range(3)]
+    changed = [change("a", "update", 10 + i, after={"id": str(i), "v": "y"}) for i in range(3)]
+    deletes = [change("a", "delete", 20 + i, before={"id": str(i)}) for i in range(9)]
+    assert partial(full + deletes) is False
+    assert partial(full + changed) is False  # half: not most
+    assert partial(full + changed + changed[:1]) is True
+    assert partial(changed) is False  # one column list: every image carries all the batch's columns
+
+
 @pytest.mark.parametrize("case", ["mixed", "schema", "truncate only", "partial images", "key changes"])
 def test_the_summary_equals_sparks_own_queries(spark, case):
     if case == "mixed":
@@ -151,6 +166,6 @@ def test_the_summary_equals_sparks_own_queries(spark, case):
     assert list(got) == list(want)
     for st in got:
         g, w = got[st], want[st]
-        assert (g.changes, g.rows, g.truncate, g.primary_key, g.topics, g.columns, g.moves) == (
-            w.changes, w.rows, w.truncate, w.primary_key, w.topics, w.columns, w.moves), st
+        assert (g.changes, g.rows, g.truncate, g.primary_key, g.topics, g.columns, g.moves, g.partial) == (
+            w.changes, w.rows, w.truncate, w.primary_key, w.topics, w.columns, w.moves, w.partial), st
         assert sorted(g.typed) == sorted(w.typed) and g.schema() == w.schema(), st

@@ -160,7 +160,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
         if not had_key_changes:
             mark_key_changes(spark, name)
         keyed = materialize(carry_over(spark, name, keyed, pk, types))
-    src = merge_source(keyed, len(pk), truncated_at, list(types))
+    src = merge_source(keyed, len(pk), truncated_at, list(types), by_column=summary.partial)
     counts = merge_into(spark, cfg, name, src, pk, types, into_empty=new_table)
     result.upserts, result.deletes = counts["upsert"], counts["delete"]
     if cfg.silver.delete_mode == "hard" and result.deletes:

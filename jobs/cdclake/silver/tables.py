@@ -91,7 +91,10 @@ class BatchSummary:
     (by the first change carrying it, then its place in that image); ``topics``: the Kafka topics
     the changes came from; ``moves``: whether a change is a key change (an update of a key
     column, :func:`cdclake.silver.keys.key_change`) under ``primary_key``, known (True or False)
-    when every change that is not a truncate has that key, else None.
+    when every change that is not a truncate has that key, else None; ``partial``: most changes
+    with an after image carry fewer columns than the batch's after images of the table carry
+    together (partial images: SharePlex updates, Qlik ``columnMask``), as :func:`partial_images`
+    tells from the images' column lists.
     """
 
     changes: int = 0
@@ -102,6 +105,7 @@ class BatchSummary:
     columns: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
     moves: Optional[bool] = None
+    partial: bool = False
 
     def schema(self, table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
         """Primary key and column types (widened over the batch), in source order; see :func:`batch_schema`."""
@@ -182,6 +186,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
     typed: dict[tuple, tuple] = {}  # (table, column, type) -> key of the latest order carrying it
     placed: dict[tuple, tuple] = {}  # (table, column) -> key of the first (order, image, place) carrying it
     moves: dict[tuple, list] = {}  # table -> [(least key, greatest key, key change)] of its data changes' shapes
+    images: dict[tuple, list] = {}  # table -> [(after image's column list, changes)] of its data changes' shapes
     for r in _shapes(changes, prefixes).collect():
         ids = tuple(r[c] for c in _IDS)
         summary = out.setdefault(ids, BatchSummary())
@@ -196,6 +201,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
             continue
         summary.rows += int(r["n"])
         moves.setdefault(ids, []).append((r["pk_min"], r["pk_max"], r["moves"]))
+        images.setdefault(ids, []).append((r["after"], int(r["n"])))
         last, first = order_key(r["last"]), order_key(r["first"])
         if ids not in latest or last > latest[ids][0]:
             latest[ids] = (last, r["primary_key"])
@@ -213,6 +219,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
         summary.primary_key = list(latest[ids][1] or []) if ids in latest else []
         summary.topics = sorted(topics[ids])
         summary.moves = known_moves(summary.primary_key, moves.get(ids, []))
+        summary.partial = partial_images(images.get(ids, []))
     for (ids, c, t), _ in sorted(typed.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][2] or "")):
         out[ids].typed.append((c, t))
     for (ids, c), _ in sorted(placed.items(), key=lambda kv: kv[1]):
@@ -228,6 +235,16 @@ def known_moves(pk: list[str], shapes: list[tuple]) -> Optional[bool]:
     return any(moved for _, _, moved in shapes)
 
 
+def partial_images(shapes: list[tuple]) -> bool:
+    """:attr:`BatchSummary.partial` of a table from its data changes' shapes, ``(after image's
+    column names or None, changes)`` each: whether the changes whose image lacks a column of the
+    union of all images' columns are more than half of those with an image."""
+    lists = [(frozenset(names), n) for names, n in shapes if names is not None]
+    every = frozenset().union(*(names for names, _ in lists))
+    lacking = sum(n for names, n in lists if names != every)
+    return 2 * lacking > sum(n for _, n in lists)
+
+
 def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, str]] = None) -> dict[SourceTable, BatchSummary]:
     """:func:`summarize_batch` computed by Spark queries over the materialized shapes (three
     small queries, about ten Spark jobs): the reference the tests compare it with."""
@@ -241,14 +258,16 @@ def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, 
         F.sum("n").alias("changes"), F.sum(F.when(~F.col("_trunc"), F.col("n"))).alias("rows"),
         F.max(F.when(F.col("_trunc"), F.col("last"))).alias("truncate"), F.max_by("primary_key", data).alias("pk"),
         F.array_sort(F.array_distinct(F.flatten(F.collect_list("topics")))).alias("topics"),
-        F.collect_list(F.when(on_data, F.struct("pk_min", "pk_max", "moves"))).alias("moves")).collect()
+        F.collect_list(F.when(on_data, F.struct("pk_min", "pk_max", "moves"))).alias("moves"),
+        F.collect_list(F.when(on_data, F.struct("after", "n"))).alias("images")).collect()
     out: dict[tuple, BatchSummary] = {}
     for r in tables:
         pk = list(r["pk"] or [])
         out[tuple(r[c] for c in ids)] = BatchSummary(
             changes=int(r["changes"]), rows=int(r["rows"] or 0),
             truncate=None if r["truncate"] is None else tuple(r["truncate"])[:3],
-            primary_key=pk, topics=list(r["topics"]), moves=known_moves(pk, [tuple(m) for m in r["moves"]]))
+            primary_key=pk, topics=list(r["topics"]), moves=known_moves(pk, [tuple(m) for m in r["moves"]]),
+            partial=partial_images([(i["after"], int(i["n"])) for i in r["images"]]))
     shaped = shapes.where(~F.col("_trunc"))
     # types in the order of the latest change carrying each (column, type) pair
     for r in (shaped.select(*ids, F.explode("types").alias("ct"), "last")
