@@ -46,6 +46,21 @@ def test_normalize_gate_fails_when_counts_do_not_balance(spark, landed):
         run_gate("normalize", load_pipeline(path), Window(hour(0), hour(1)))
 
 
+def test_normalize_gate_fails_when_a_record_is_both_a_change_and_quarantined(spark, landed):
+    """A record in bronze and in quarantine is counted once as accounted for, and as an overlap."""
+    from pyspark.sql import functions as F
+
+    topic, path = landed
+    quarantine = spark.table("lake.bronze.quarantine")
+    record = spark.table("lake.bronze.changes").where(f"kafka_topic = '{topic}' AND kafka_offset = 5")
+    record.select(*[(F.col(f.name) if f.name in record.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                    for f in quarantine.schema.fields]).writeTo("lake.bronze.quarantine").append()
+    with pytest.raises(GateFailed) as err:
+        run_gate("normalize", load_pipeline(path), Window(hour(0), hour(1)))
+    assert "counts: expect_column_values_to_be_in_set column=overlap" in str(err.value)
+    assert "column_A=raw, column_B=accounted" not in str(err.value)
+
+
 def test_gate_operator_fails_the_task(spark, landed):
     from airflow.exceptions import AirflowException
     from cdc_operators import GateOperator

@@ -152,33 +152,47 @@ def land_frames(cfg: PipelineConfig, window: Window) -> dict:
 
 
 def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
-    """The normalize gate's ``counts`` and ``changes`` frames."""
-    import pandas as pd
+    """The normalize gate's ``counts`` and ``changes`` frames.
+
+    The counts are computed in Arrow (grouped, never a row per record in pandas), and the
+    ``changes`` frame holds its text columns as categories: a 5M-change hour as Python strings
+    took gigabytes of the gate's memory."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     topics = list(window.topics or cfg.topics())
     cat = pyiceberg_catalog(cfg.catalog)
-    coords = ("kafka_topic", "landed_hour", "kafka_partition", "kafka_offset")
-    raw = _scan(cat, RAW_TABLE, window, topics, coords)
-    # the positions' lengths computed in Arrow: as pandas objects (a list of Decimals per change)
-    # a 5M-change hour took gigabytes
-    changes = _scan_arrow(cat, BRONZE_TABLE, window, topics,
-                          coords + ("op", "source_table", "source_format", "source_position"))
-    sizes = pc.fill_null(pc.list_value_length(changes["source_position"]), 0).cast(pa.int64())
-    changes = changes.drop_columns(["source_position"]).append_column("position_size", sizes).to_pandas()
-    parts = {"changes": changes[list(coords)].drop_duplicates()}
-    parts.update({name: _scan(cat, table, window, topics, coords).drop_duplicates()
-                  for name, table in (("quarantine", QUARANTINE_TABLE), ("control", CONTROL_TABLE))})
-    everything = pd.concat(parts.values(), ignore_index=True)
-    per_record = everything.groupby(list(coords)).size().rename("n").reset_index()
+    coords = ["kafka_topic", "landed_hour", "kafka_partition", "kafka_offset"]
     keys = ["kafka_topic", "landed_hour"]
-    counts = raw.groupby(keys).size().rename("raw").reset_index()
-    acc = per_record.groupby(keys).agg(accounted=("n", "size"), overlap=("n", lambda s: int((s > 1).sum()))).reset_index()
-    counts = counts.merge(acc, on=keys, how="outer").fillna(0)
+    changes = _scan_arrow(cat, BRONZE_TABLE, window, topics,
+                          tuple(coords) + ("op", "source_table", "source_format", "source_position"))
+
+    def records(table):
+        """Each record (coordinates, none null) once: then a record two tables hold is an overlap."""
+        every = pc.and_(pc.and_(pc.is_valid(table["kafka_topic"]), pc.is_valid(table["landed_hour"])),
+                        pc.and_(pc.is_valid(table["kafka_partition"]), pc.is_valid(table["kafka_offset"])))
+        return _distinct(table.select(coords).filter(every), coords)
+
+    held = [records(changes)] + [records(_scan_arrow(cat, table, window, topics, tuple(coords)))
+                                 for table in (QUARANTINE_TABLE, CONTROL_TABLE)]
+    per_record = pa.concat_tables([t.cast(held[0].schema) for t in held]).group_by(coords).aggregate([([], "count_all")])
+    per_record = per_record.append_column("_twice", pc.cast(pc.greater(per_record["count_all"], 1), pa.int64()))
+    acc = per_record.group_by(keys).aggregate([([], "count_all"), ("_twice", "sum")])
+    raw = _scan_arrow(cat, RAW_TABLE, window, topics, tuple(coords)).group_by(keys).aggregate([([], "count_all")])
+    counts = raw.rename_columns([{"count_all": "raw"}.get(c, c) for c in raw.column_names]).to_pandas()
+    acc = acc.rename_columns([{"count_all": "accounted", "_twice_sum": "overlap"}.get(c, c)
+                              for c in acc.column_names]).to_pandas()
+    counts = counts[keys + ["raw"]].merge(acc[keys + ["accounted", "overlap"]], on=keys, how="outer").fillna(0)
     for c in ("raw", "accounted", "overlap"):
         counts[c] = counts[c].astype("int64")
-    return {"counts": counts, "changes": changes}
+    sizes = pc.fill_null(pc.list_value_length(changes["source_position"]), 0).cast(pa.int64())
+    changes = changes.drop_columns(["source_position"]).append_column("position_size", sizes)
+    return {"counts": counts, "changes": changes.to_pandas(strings_to_categorical=True)}
+
+
+def _distinct(table, columns: list[str]):
+    """The distinct rows of ``columns`` of Arrow ``table`` (nulls a value like any other)."""
+    return table.group_by(columns, use_threads=False).aggregate([])
 
 
 def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
@@ -187,17 +201,19 @@ def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
     The key columns come from the table property ``cdc.primary-key-columns`` (a JSON array), or
     for tables created before it, from ``cdc.primary-key`` (comma-joined).
     """
+    import pyarrow.compute as pc
+
     topics = list(window.topics or cfg.topics())
     cat = pyiceberg_catalog(cfg.catalog)
     prefixes = {s.topic: s.table_prefix for s in cfg.sources}
-    bronze = _scan(cat, BRONZE_TABLE, window, topics,
-                   ("kafka_topic", "source_database", "source_schema", "source_table", "op"))
-    bronze = bronze[bronze["op"] != "truncate"]
+    ids = ["kafka_topic", "source_database", "source_schema", "source_table"]
+    bronze = _scan_arrow(cat, BRONZE_TABLE, window, topics, tuple(ids) + ("op",))
+    bronze = _distinct(bronze.filter(pc.invert(pc.fill_null(pc.equal(bronze["op"], "truncate"), False))), ids).to_pandas()
     ns = cfg.silver.namespace
     names = sorted({resolve_legacy_name(SourceTable(prefixes.get(r.kafka_topic, ""), r.source_database,
                                                     r.source_schema, r.source_table),
                                         lambda n: cat.table_exists((ns, n))).silver_name
-                    for r in bronze.drop_duplicates().itertuples()})
+                    for r in bronze.itertuples()})
     frames = {}
     for name in names:
         tbl = cat.load_table((ns, name))
