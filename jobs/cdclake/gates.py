@@ -164,8 +164,7 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
     cat = pyiceberg_catalog(cfg.catalog)
     coords = ["kafka_topic", "landed_hour", "kafka_partition", "kafka_offset"]
     keys = ["kafka_topic", "landed_hour"]
-    changes = _scan_arrow(cat, BRONZE_TABLE, window, topics,
-                          tuple(coords) + ("op", "source_table", "source_format", "source_position"))
+    changes = _scan_arrow(cat, BRONZE_TABLE, window, topics, tuple(coords) + ("op", "source_table", "source_format"))
 
     def records(table):
         """Each record (coordinates, none null) once: then a record two tables hold is an overlap."""
@@ -185,9 +184,9 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
     counts = counts[keys + ["raw"]].merge(acc[keys + ["accounted", "overlap"]], on=keys, how="outer").fillna(0)
     for c in ("raw", "accounted", "overlap"):
         counts[c] = counts[c].astype("int64")
-    sizes = pc.fill_null(pc.list_value_length(changes["source_position"]), 0).cast(pa.int64())
-    changes = changes.drop_columns(["source_position"]).append_column("position_size", sizes)
-    return {"counts": counts, "changes": changes.to_pandas(strings_to_categorical=True)}
+    # converted column by column, each Arrow column freed once converted
+    return {"counts": counts, "changes": changes.to_pandas(strings_to_categorical=True, split_blocks=True,
+                                                           self_destruct=True)}
 
 
 def _distinct(table, columns: list[str]):
