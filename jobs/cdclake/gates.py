@@ -371,6 +371,14 @@ def build_frames(stage: str, cfg: PipelineConfig, window: Window, wait_s: Option
                         transient=(OSError, KafkaUnavailable), wait_s=GATE_RETRY_S if wait_s is None else wait_s)
 
 
+def _release_arrow_memory() -> None:
+    """Hand the memory Arrow's pool keeps for reuse back to the system: a process that runs more
+    than one gate (a backfill, the benchmark) would otherwise hold each gate's largest frames."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
 def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     """Build ``stage``'s frames for ``window`` and validate them.
 
@@ -389,6 +397,8 @@ def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     report = write_report(docs / "gate.html", f"{stage} gate, pipeline {cfg.name}, {window}", outcomes)
     summary = {"stage": stage, "window": str(window),
                "frames": {k: len(v[0] if isinstance(v, tuple) else v) for k, v in frames.items()}}
+    del frames
+    _release_arrow_memory()
     if failures:
         raise GateFailed(f"{stage} gate failed for pipeline {cfg.name} {window}: {len(failures)} expectation(s) failed:\n  "
                          + "\n  ".join(failures) + f"\nData Docs: {report}")
