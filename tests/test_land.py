@@ -130,7 +130,6 @@ def _landed_then_deleted(stack, spark, topic: str, records: list, partitions: in
 
 
 def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique):
-
     from cdclake.catalog import qualified
     from cdclake.lake import RAW_TABLE
     from cdclake.land import LandingShrinks, land
@@ -147,7 +146,6 @@ def test_land_refuses_to_replace_an_hour_with_fewer_records(stack, spark, unique
 def test_land_refuses_to_replace_the_hour_of_a_partition_kafka_no_longer_has(stack, spark, unique):
     """A topic recreated with fewer partitions: the landed hour of the partition that is gone counts
     as 0 records now, and the rerun refuses to overwrite it, as for any shrunk hour."""
-
     from cdclake.catalog import qualified
     from cdclake.lake import RAW_TABLE
     from cdclake.land import LandingShrinks, land

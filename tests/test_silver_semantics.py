@@ -11,6 +11,7 @@ runs hours in random orders in the properties of ``test_silver_properties.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -277,6 +278,19 @@ def _last_execution(store) -> int:
     return max((runs.apply(i).executionId() for i in range(runs.size())), default=-1)
 
 
+@contextlib.contextmanager
+def _spark_conf(spark, settings: dict[str, str]):
+    """Spark SQL ``settings`` for the block, the session's own after it."""
+    saved = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            spark.conf.set(k, v)
+
+
 def test_a_bloom_filter_of_the_batch_keys_changes_no_merge(stack, spark, unique):
     """The MERGE's table rows filtered by a Bloom filter of the batch's keys before its join
     (``cdclake.catalog.spark_conf``: Spark builds one for a table scan of 1 MB or more; forced
@@ -292,28 +306,19 @@ def test_a_bloom_filter_of_the_batch_keys_changes_no_merge(stack, spark, unique)
     source = {"topic": topic, "format": "debezium-json"}
     plain = write_pipeline(f"sem_plain_{unique}", [source], silver={"namespace": f"sem_plain_{unique}"})
     bloom = write_pipeline(f"sem_bloom_{unique}", [source], silver={"namespace": f"sem_bloom_{unique}"})
-    forced = {"spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "1",
-              "spark.sql.autoBroadcastJoinThreshold": "-1"}
     store = spark._jsparkSession.sharedState().statusStore()
-    saved = {k: spark.conf.get(k) for k in [*forced, "spark.sql.optimizer.runtime.bloomFilter.enabled"]}
     filtered = 0
-    try:
-        for h in range(3):
-            spark.conf.set("spark.sql.optimizer.runtime.bloomFilter.enabled", "false")
+    for h in range(3):
+        with _spark_conf(spark, {"spark.sql.optimizer.runtime.bloomFilter.enabled": "false"}):
             run_window(spark, plain, h, h + 1)  # lands and normalizes the hour for both pipelines
-            spark.conf.set("spark.sql.optimizer.runtime.bloomFilter.enabled", "true")
-            for k, v in forced.items():
-                spark.conf.set(k, v)
+        with _spark_conf(spark, {"spark.sql.optimizer.runtime.bloomFilter.enabled": "true",
+                                 "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "1",
+                                 "spark.sql.autoBroadcastJoinThreshold": "-1"}):
             before = _last_execution(store)
             build_silver(spark, load_pipeline(bloom), Window(hour(h), hour(h + 1)))
-            runs = store.executionsList()
-            filtered += sum("might_contain" in runs.apply(i).physicalPlanDescription() for i in range(runs.size())
-                            if runs.apply(i).executionId() > before)
-            for k, v in saved.items():
-                spark.conf.set(k, v)
-    finally:
-        for k, v in saved.items():
-            spark.conf.set(k, v)
+        runs = store.executionsList()
+        filtered += sum("might_contain" in runs.apply(i).physicalPlanDescription() for i in range(runs.size())
+                        if runs.apply(i).executionId() > before)
     assert filtered >= 3  # the MERGEs of the second and third hours (three tables each) were filtered
     for t in ("customers", "products", "orders"):
         assert silver_rows(spark, bloom, f"shop__{t}", meta=True) == silver_rows(spark, plain, f"shop__{t}", meta=True), t

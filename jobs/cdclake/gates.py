@@ -38,6 +38,7 @@ expectation per key column (as ``column``).
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -168,8 +169,7 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
 
     def records(table):
         """Each record (coordinates, none null) once: then a record two tables hold is an overlap."""
-        every = pc.and_(pc.and_(pc.is_valid(table["kafka_topic"]), pc.is_valid(table["landed_hour"])),
-                        pc.and_(pc.is_valid(table["kafka_partition"]), pc.is_valid(table["kafka_offset"])))
+        every = functools.reduce(pc.and_, [pc.is_valid(table[c]) for c in coords])
         return _distinct(table.select(coords).filter(every), coords)
 
     held = [records(changes)] + [records(_scan_arrow(cat, table, window, topics, tuple(coords)))
