@@ -139,10 +139,9 @@ def release_memory(spark) -> None:
 
     The DAG runs each stage in its own JVM and each gate in a task with no JVM at all; here one JVM
     runs them all, and without this a stage's or a gate's peak RSS would include the heap the stage
-    before it left committed (3.8 GiB after normalizing a 5M-change hour). Two collections: the
-    first lets Spark's context cleaner find the checkpointed steps whose Python frames are gone and
-    drop their blocks, the second gives back the heap those blocks held (after silver's 5M-change
-    hour, the JVM kept 3.8 GiB through one).
+    before it left committed (3.8 GiB after normalizing a 5M-change hour). Two collections, half a
+    second apart: after silver's 5M-change hour the JVM kept 3.8 GiB through one (Spark's context
+    cleaner drops a checkpointed step's blocks only after a collection has found its frame gone).
     """
     import gc
 

@@ -268,8 +268,9 @@ def merge_source(keyed: "DataFrame", nkeys: int, truncated_at: Optional[tuple],
                  columns: Optional[list[str]] = None, by_column: bool = False) -> "DataFrame":
     """What to merge: the collapsed batch (:func:`collapse`, of ``columns``, ``by_column``)
     without the keys whose latest change is a recorded tombstone, the latest truncate
-    ``truncated_at`` (``(position, partition, offset)``, or None) a reset of every key. The collapse is computed once
-    (:func:`collapse`); what this adds is a filter and a projection of its rows."""
+    ``truncated_at`` (``(position, partition, offset)``, or None) a reset of every key. The
+    collapse is computed once (:func:`collapse`); what this adds is a filter and a projection of
+    its rows."""
     from pyspark.sql import functions as F
 
     src = collapse(keyed, nkeys, columns, by_column).where(~F.col("_tomb"))
