@@ -93,7 +93,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 
 def child_run(args: argparse.Namespace, date: str, events: int, formats: list[str], master: str,
-              cpus: Optional[int] = None) -> dict:
+              cpus: Optional[int] = None, from_json: bool = False) -> dict:
     """Run ``bench.run`` again in a child process (its own Spark session and broker, the same
     state directory, reset) for ``formats`` at ``events`` on ``master``, without merge scaling,
     peers or ``from_json``; return its results (``bench/results/<date>.json``), or ``{"error": ...}``.
@@ -101,7 +101,7 @@ def child_run(args: argparse.Namespace, date: str, events: int, formats: list[st
     cmd = [sys.executable, "-m", "bench.run", "--events", str(events), "--formats", ",".join(formats),
            "--master", master, "--driver-memory", args.driver_memory, "--merge-sizes", "", "--maintenance-rows", "0",
            "--peers", "",
-           "--no-from-json", "--warmup-events", str(args.warmup_events), "--seed", str(args.seed),
+           *([] if from_json else ["--no-from-json"]), "--warmup-events", str(args.warmup_events), "--seed", str(args.seed),
            "--gen-jobs", str(args.gen_jobs), "--out", args.out, "--date", date] + (["--no-gates"] if args.no_gates else [])
     log.info("second run: %s", " ".join(cmd[1:]))
     pin = (lambda: os.sched_setaffinity(0, set(range(cpus)))) if cpus else None
@@ -145,8 +145,13 @@ def speedup_run(args: argparse.Namespace, date: str, results: dict) -> dict:
 
     The child runs on one CPU, with everything it starts (the JVM's garbage collector and compiler
     threads, the Python workers, the broker): ``local[1]`` alone runs one task at a time but lets
-    the rest use the other cores, which is not a run on one core."""
-    child = child_run(args, f"{date}-local1", args.events, args.speedup, "local[1]", cpus=1)
+    the rest use the other cores, which is not a run on one core.
+
+    Where this run measured Spark's ``from_json`` (``dbz`` among the formats), the child measures
+    it too, and ``from_json`` gives its speedup: what Spark's own parse, a job of independent
+    tasks with no driver work between them, gains from the second core on this machine."""
+    with_from_json = "dbz" in args.speedup and bool(results.get("from_json"))
+    child = child_run(args, f"{date}-local1", args.events, args.speedup, "local[1]", cpus=1, from_json=with_from_json)
     out: dict = {"master": args.master, "against": "local[1] on one CPU", "errors": child.get("errors", []),
                  "results_file": child.get("results_file"), "formats": {}}
     for tag in args.speedup:
@@ -157,6 +162,12 @@ def speedup_run(args: argparse.Namespace, date: str, results: dict) -> dict:
         w1, w2 = _stage_walls(one), _stage_walls(many)
         out["formats"][tag] = {"local1_s": w1, "local2_s": w2,
                                "speedup": {s: round(w1[s] / w2[s], 2) for s in w1 if w1[s] and w2.get(s)}}
+    if with_from_json:
+        one, many = child.get("from_json") or {}, results["from_json"]
+        out["from_json"] = {name: {"local1_s": one[name]["wall_s"], "local2_s": many[name]["wall_s"],
+                                   "speedup": round(one[name]["wall_s"] / many[name]["wall_s"], 2)}
+                            for name in ("pipeline", "payload_only")
+                            if isinstance(one.get(name), dict) and isinstance(many.get(name), dict)}
     return out
 
 
