@@ -97,28 +97,36 @@ def test_malformed_record_is_quarantined_and_the_rest_applied(stack, spark, uniq
         assert not compare_table(src.final_state()[t], rows, list(src.tables[t].primary_key))
 
 
+def dbz_insert(i: int, db: str, table: str, after: dict, t0: int):
+    """A Debezium JSON insert (no schema envelope) of key ``id`` = ``i`` into ``db.table``, at
+    binlog position ``4 + i`` and timestamp ``t0 + i`` (ms), for partition 0."""
+    import json
+
+    from cdclake.sim import Message
+
+    return Message(key=json.dumps({"id": i}).encode(),
+                   value=json.dumps({"payload": {"op": "c", "after": after, "source": {
+                       "connector": "mysql", "db": db, "table": table, "file": "mysql-bin.000001", "pos": 4 + i,
+                       "row": 0}}}).encode(),
+                   timestamp_ms=t0 + i, partition=0)
+
+
 def test_a_large_hour_is_read_in_row_groups_and_every_record_normalized_once(stack, spark, unique):
     """An hour of 2,000 records of 6 kB that do not compress (12 MB) is landed in row groups of
     ``RAW_ROW_GROUP_BYTES``; normalize reads them in several tasks, without a shuffle, and every
     record becomes exactly one bronze row."""
     import base64
-    import json
     import os
 
     from cdclake.catalog import qualified
     from cdclake.config import load_pipeline
     from cdclake.lake import RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES, RAW_TABLE
-    from cdclake.sim import Message
 
     topic = f"big.{unique}"
     create_topic(stack["bootstrap"], topic, partitions=1)
     t0 = ms(hour(7))
-    msgs = [Message(key=json.dumps({"id": i}).encode(),
-                    value=json.dumps({"payload": {
-                        "op": "c", "after": {"id": i, "blob": base64.b64encode(os.urandom(4500)).decode()},
-                        "source": {"connector": "mysql", "db": "big", "table": "t", "file": "mysql-bin.000001",
-                                   "pos": 4 + i, "row": 0}}}).encode(),
-                    timestamp_ms=t0 + i, partition=0) for i in range(2000)]
+    msgs = [dbz_insert(i, "big", "t", {"id": i, "blob": base64.b64encode(os.urandom(4500)).decode()}, t0)
+            for i in range(2000)]
     produce(stack["bootstrap"], topic, msgs)
     path = write_pipeline(f"big_{unique}", [{"topic": topic, "format": "debezium-json", "table_prefix": "big_"}],
                           silver={"namespace": f"big_{unique}"})
@@ -134,3 +142,42 @@ def test_a_large_hour_is_read_in_row_groups_and_every_record_normalized_once(sta
     bronze = spark.table("lake.bronze.changes").where(f"kafka_topic = '{topic}'")
     assert bronze.count() == bronze.select("kafka_offset").distinct().count() == 2000
     assert len(silver_rows(spark, path, "big_big__t")) == 2000
+
+
+def test_bronze_files_hold_each_table_s_changes_together(stack, spark, unique):
+    """Normalize writes each bronze file's changes ordered by source table, in row groups of
+    ``BRONZE_ROW_GROUP_BYTES``, so that silver's read of one table skips the row groups of the
+    others: the changes of three tables delivered interleaved come out grouped by table in every
+    data file of the hour, and every change is in bronze once."""
+
+    import pyarrow.parquet as pq
+
+    from cdclake.catalog import qualified
+    from cdclake.config import load_pipeline
+    from cdclake.lake import BRONZE_ROW_GROUP_BYTES, BRONZE_TABLE
+
+    topic = f"interleaved.{unique}"
+    create_topic(stack["bootstrap"], topic, partitions=1)
+    t0 = ms(hour(9))
+    tables = ["c", "a", "b"]
+    msgs = [dbz_insert(i, "mix", tables[i % 3], {"id": i, "n": i * 7}, t0) for i in range(900)]
+    produce(stack["bootstrap"], topic, msgs)
+    path = write_pipeline(f"mix_{unique}", [{"topic": topic, "format": "debezium-json", "table_prefix": "mix_"}],
+                          silver={"namespace": f"mix_{unique}"})
+    result = run_window(spark, path, 9, 10)
+    assert result["normalize"][topic] == {"raw": 900, "changes": 900, "quarantined": 0, "control": 0}
+    cfg = load_pipeline(path)
+    bronze = qualified(cfg, BRONZE_TABLE)
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {bronze}").collect()}
+    assert props["write.parquet.row-group-size-bytes"] == str(BRONZE_ROW_GROUP_BYTES)
+    files = [r.file_path for r in spark.sql(f"SELECT file_path, partition FROM {bronze}.files").collect()
+             if r.partition.kafka_topic == topic]
+    assert files
+    seen = []
+    for f in files:
+        column = pq.read_table(f.removeprefix("file:"), columns=["source_table"]).column(0).to_pylist()
+        assert column == sorted(column), f
+        seen += column
+    assert sorted(seen) == sorted(tables[i % 3] for i in range(900))
+    for t in tables:
+        assert len(silver_rows(spark, path, f"mix_mix__{t}")) == 300

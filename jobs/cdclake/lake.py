@@ -292,18 +292,33 @@ REGISTRY_SCHEMA = ("source_format string, schema_id string, table_version int, s
 BRONZE_TABLES = ((BRONZE_TABLE, BRONZE_SCHEMA), (QUARANTINE_TABLE, QUARANTINE_SCHEMA), (CONTROL_TABLE, CONTROL_SCHEMA))
 
 
+#: Parquet row groups of ``bronze.changes``, in compressed bytes: normalize writes each file's
+#: changes ordered by source table (:data:`BRONZE_WRITE_ORDER`), so that a row group holds few
+#: tables and silver's read of one table skips the row groups of the others by their statistics.
+BRONZE_ROW_GROUP_BYTES = 8 * 1024 * 1024
+#: The order of the changes within each file normalize writes to ``bronze.changes``.
+BRONZE_WRITE_ORDER = ("source_table", "source_schema", "source_database")
+
+
 def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
     """Create the bronze, quarantine, control and registry tables when missing.
 
-    A table made by an earlier version gets the columns added since (at the end).
+    A table made by an earlier version gets the columns added since (at the end), and
+    ``bronze.changes`` its row group size (:data:`BRONZE_ROW_GROUP_BYTES`; files written before
+    keep theirs).
     """
     ensure_namespace(spark, cfg, "bronze")
+    row_group = f"'write.parquet.row-group-size-bytes'='{BRONZE_ROW_GROUP_BYTES}'"
     for name, schema in BRONZE_TABLES:
-        _create(spark, cfg, name, schema, _BY_TOPIC_HOUR)
+        _create(spark, cfg, name, schema, _BY_TOPIC_HOUR, f", {row_group}" if name == BRONZE_TABLE else "")
         have = set(spark.table(qualified(cfg, name)).columns)
         for col_name, col_type in ddl_columns(schema):
             if col_name not in have:
                 spark.sql(f"ALTER TABLE {qualified(cfg, name)} ADD COLUMN {col_name} {col_type}")
+    bronze = qualified(cfg, BRONZE_TABLE)
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {bronze}").collect()}
+    if props.get("write.parquet.row-group-size-bytes") != str(BRONZE_ROW_GROUP_BYTES):
+        spark.sql(f"ALTER TABLE {bronze} SET TBLPROPERTIES ({row_group})")
     _create(spark, cfg, REGISTRY_TABLE, REGISTRY_SCHEMA, "source_format")
 
 

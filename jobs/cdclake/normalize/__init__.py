@@ -39,7 +39,7 @@ from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.faults import kill_point
 from cdclake.formats import get_parser
-from cdclake.lake import (BRONZE_TABLES, RAW_SPLIT_BYTES, RAW_TABLE, bronze_frame, ensure_bronze_tables, overwrite_hours,
+from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SPLIT_BYTES, RAW_TABLE, bronze_frame, ensure_bronze_tables, overwrite_hours,
                          window_filter)
 from cdclake.normalize.limits import (MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits, json_deeper_than,
                                       json_nesting_depth)
@@ -95,7 +95,7 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     try:
         for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
             part = tagged.where(kind == k).select(*[n for n, _ in OUTPUT_COLUMNS[k]])
-            frame = bronze_frame(part) if k == "change" else part
+            frame = bronze_frame(part).sortWithinPartitions(*BRONZE_WRITE_ORDER) if k == "change" else part
             overwrite_hours(frame, cfg, name, window, topics)
             if k == "change":
                 kill_point("normalize.bronze_written")
