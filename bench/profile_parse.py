@@ -175,7 +175,7 @@ def profile_format(tag: str, cache: Path, top: int, schemas: Optional[tuple] = N
         body = text.getvalue()
         body = body[body.index("ncalls"):] if "ncalls" in body else body
     gc.unfreeze()
-    figures = {"format": tag if tag not in bdata.wire_formats() else bdata.wire_formats()[tag].format,
+    figures = {"format": parser.format_name,
                "records": len(rows), "change_rows": kinds.get("change", 0), "quarantined": kinds.get("quarantine", 0),
                "control": kinds.get("control", 0), "fast_path_records": kinds.get("fast"), "wall_s": round(wall, 2),
                "records_per_s": round(len(rows) / wall), "change_rows_per_s": round(kinds.get("change", 0) / wall)}

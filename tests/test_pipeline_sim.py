@@ -149,7 +149,6 @@ def test_bronze_files_hold_each_table_s_changes_together(stack, spark, unique):
     ``BRONZE_ROW_GROUP_BYTES``, so that silver's read of one table skips the row groups of the
     others: the changes of three tables delivered interleaved come out grouped by table in every
     data file of the hour, and every change is in bronze once."""
-
     import pyarrow.parquet as pq
 
     from cdclake.catalog import qualified

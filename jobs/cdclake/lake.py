@@ -149,13 +149,22 @@ def ensure_raw_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
     table made by an earlier version too; files written before keep theirs).
     """
     ensure_namespace(spark, cfg, "raw")
-    raw = qualified(cfg, RAW_TABLE)
-    row_group = f"'write.parquet.row-group-size-bytes'='{RAW_ROW_GROUP_BYTES}'"
-    _create(spark, cfg, RAW_TABLE, RAW_SCHEMA, _BY_TOPIC_HOUR, f", {row_group}")
-    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {raw}").collect()}
-    if props.get("write.parquet.row-group-size-bytes") != str(RAW_ROW_GROUP_BYTES):
-        spark.sql(f"ALTER TABLE {raw} SET TBLPROPERTIES ({row_group})")
+    _create(spark, cfg, RAW_TABLE, RAW_SCHEMA, _BY_TOPIC_HOUR, f", {_row_groups(RAW_ROW_GROUP_BYTES)}")
+    _keep_row_groups(spark, cfg, RAW_TABLE, RAW_ROW_GROUP_BYTES)
     _create(spark, cfg, MANIFEST_TABLE, MANIFEST_SCHEMA, _BY_TOPIC_HOUR)
+
+
+def _row_groups(size: int) -> str:
+    """The table property of Parquet row groups of ``size`` compressed bytes, as SQL."""
+    return f"'write.parquet.row-group-size-bytes'='{size}'"
+
+
+def _keep_row_groups(spark: "SparkSession", cfg: PipelineConfig, table: str, size: int) -> None:
+    """Set ``table``'s Parquet row group size to ``size`` bytes where it has another (a table made
+    by an earlier version; files written before keep theirs)."""
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {qualified(cfg, table)}").collect()}
+    if props.get("write.parquet.row-group-size-bytes") != str(size):
+        spark.sql(f"ALTER TABLE {qualified(cfg, table)} SET TBLPROPERTIES ({_row_groups(size)})")
 
 
 # --- bronze: change records, quarantine, control events, schema registry ----------------------
@@ -308,17 +317,14 @@ def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
     keep theirs).
     """
     ensure_namespace(spark, cfg, "bronze")
-    row_group = f"'write.parquet.row-group-size-bytes'='{BRONZE_ROW_GROUP_BYTES}'"
     for name, schema in BRONZE_TABLES:
-        _create(spark, cfg, name, schema, _BY_TOPIC_HOUR, f", {row_group}" if name == BRONZE_TABLE else "")
+        _create(spark, cfg, name, schema, _BY_TOPIC_HOUR,
+                f", {_row_groups(BRONZE_ROW_GROUP_BYTES)}" if name == BRONZE_TABLE else "")
         have = set(spark.table(qualified(cfg, name)).columns)
         for col_name, col_type in ddl_columns(schema):
             if col_name not in have:
                 spark.sql(f"ALTER TABLE {qualified(cfg, name)} ADD COLUMN {col_name} {col_type}")
-    bronze = qualified(cfg, BRONZE_TABLE)
-    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {bronze}").collect()}
-    if props.get("write.parquet.row-group-size-bytes") != str(BRONZE_ROW_GROUP_BYTES):
-        spark.sql(f"ALTER TABLE {bronze} SET TBLPROPERTIES ({row_group})")
+    _keep_row_groups(spark, cfg, BRONZE_TABLE, BRONZE_ROW_GROUP_BYTES)
     _create(spark, cfg, REGISTRY_TABLE, REGISTRY_SCHEMA, "source_format")
 
 

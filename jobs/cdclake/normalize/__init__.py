@@ -39,8 +39,8 @@ from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.faults import kill_point
 from cdclake.formats import get_parser
-from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SPLIT_BYTES, RAW_TABLE, bronze_frame, ensure_bronze_tables, overwrite_hours,
-                         window_filter)
+from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SPLIT_BYTES, RAW_TABLE, bronze_frame,
+                          ensure_bronze_tables, overwrite_hours, window_filter)
 from cdclake.normalize.limits import (MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits, json_deeper_than,
                                       json_nesting_depth)
 from cdclake.normalize.registry import register_schemas, registry_row
