@@ -8,6 +8,11 @@ prints each round's wall time and, for the last round, the Spark jobs grouped by
 ran them (a computed step is named by the line that called :func:`cdclake.catalog.materialize`,
 other jobs by Spark's call site), their seconds, and the share of the round with 0, 1, 2 ...
 tasks running (:mod:`bench.timeline`). The first round runs on a cold JVM; quote the later ones.
+
+``--jfr N``: the last round also runs under the JDK's Flight Recorder (``jcmd JFR.start``,
+method samples every 10 ms of every JVM thread), and the N methods seen most often are printed,
+on top of the stack (self) and anywhere in it (total), as shares of the samples of Spark's task
+threads: where the executors' CPU goes inside the Spark jobs.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import argparse
 import inspect
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +65,40 @@ def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[
     return sorted(((s, n, t) for s, (n, t) in by.items()), key=lambda x: -x[2])
 
 
+def _jdk_tool(name: str) -> str:
+    """The JDK's tool ``name`` (``jcmd``, ``jfr``): under ``JAVA_HOME`` when set, else on the PATH."""
+    tool = Path(os.environ.get("JAVA_HOME", "/nonexistent")) / "bin" / name
+    return str(tool) if tool.exists() else name
+
+
+def jfr_hot_methods(recording: Path, top: int) -> list[str]:
+    """The ``top`` methods seen most often in the execution samples of Spark's task threads
+    (``Executor task launch worker``) of a Flight Recorder file, self and total, as lines."""
+    out = subprocess.run([_jdk_tool("jfr"), "print", "--json", "--stack-depth", "64",
+                          "--events", "jdk.ExecutionSample", str(recording)],
+                         check=True, capture_output=True, text=True).stdout
+    samples = json.loads(out)["recording"]["events"]
+    own, anywhere, n = defaultdict(int), defaultdict(int), 0
+    for e in samples:
+        thread = (e["values"].get("sampledThread") or {}).get("javaName") or ""
+        if not thread.startswith("Executor task launch worker"):
+            continue
+        frames = [f"{f['method']['type']['name']}.{f['method']['name']}"
+                  for f in (e["values"].get("stackTrace") or {}).get("frames", [])]
+        if not frames:
+            continue
+        n += 1
+        own[frames[0]] += 1
+        for m in set(frames):
+            anywhere[m] += 1
+    lines = [f"JVM samples of task threads: {n}", "  self:"]
+    lines += [f"  {100 * c / n:5.1f} %  {m}" for m, c in sorted(own.items(), key=lambda x: -x[1])[:top]]
+    lines.append("  total (methods under 90 %, below the task runner's own frames):")
+    inner = [(m, c) for m, c in anywhere.items() if c < 0.9 * n and "$$Lambda" not in m]
+    lines += [f"  {100 * c / n:5.1f} %  {m}" for m, c in sorted(inner, key=lambda x: -x[1])[:top]]
+    return lines
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--state", default=os.environ.get("CDC_STATE_DIR", ".state/bench"),
@@ -66,6 +106,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--formats", default="canal", help="format tags whose hour to merge (default canal)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2], whatever the run used)")
+    p.add_argument("--jfr", type=int, default=0, metavar="N",
+                   help="record the last round with the JDK's Flight Recorder and print its N hottest methods")
     args = p.parse_args(argv)
     os.environ["TZ"] = "UTC"
     time.tzset()
@@ -97,6 +139,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     spark = catalog.spark_session(cfg, app_name="silver-profile")
     cores = spark.sparkContext.defaultParallelism
     spans: dict[str, tuple[float, float]] = {}
+    pid = str(spark.sparkContext._jvm.ProcessHandle.current().pid())
     for tag in args.formats.split(","):
         window = Window(MEASURED_START, MEASURED_START + HOUR, (topic_of(tag),))
         for i in range(args.rounds):
@@ -106,14 +149,21 @@ def main(argv: Optional[list[str]] = None) -> int:
                         if r["tableName"].startswith(f"{tag}_"):
                             spark.sql(f"DROP TABLE {cfg.catalog.name}.`{ns}`.`{r['tableName']}` PURGE")
             spark.sparkContext._jvm.System.gc()
+            record = args.jfr and i == args.rounds - 1
+            if record:
+                subprocess.run([_jdk_tool("jcmd"), pid, "JFR.start", "name=silver", "settings=profile"], check=True,
+                               capture_output=True)
             t0 = time.time()
             results = build_silver(spark, cfg, window)
             t1 = time.time()
+            if record:
+                subprocess.run([_jdk_tool("jcmd"), pid, "JFR.stop", "name=silver", f"filename={events / tag}.jfr"], check=True,
+                               capture_output=True)
             spans[tag] = (t0 * 1000, t1 * 1000)
             print(f"{tag} round {i + 1}: {t1 - t0:.1f} s, "
                   + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
     spark.stop()
-    log = next(f for f in events.iterdir() if f != path)  # the session's one event log
+    log = next(f for f in events.iterdir() if f != path and f.suffix != ".jfr")  # the session's one event log
     tasks, jobs = read_event_log(log)
     for tag, (a, b) in spans.items():
         steps = jobs_by_step(log, a, b)
@@ -122,6 +172,8 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"{sum(s for _, _, s in steps):.1f} s in jobs, core use {t['core_use']}, running {t['running_share']}")
         for s, n, sec in steps:
             print(f"  {sec:6.2f} s {n:3d} jobs  {s}")
+        if args.jfr:
+            print("\n".join(jfr_hot_methods(events / f"{tag}.jfr", args.jfr)))
     return 0
 
 
