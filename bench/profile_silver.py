@@ -66,9 +66,14 @@ def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[
 
 
 def _jdk_tool(name: str) -> str:
-    """The JDK's tool ``name`` (``jcmd``, ``jfr``): under ``JAVA_HOME`` when set, else on the PATH."""
-    tool = Path(os.environ.get("JAVA_HOME", "/nonexistent")) / "bin" / name
-    return str(tool) if tool.exists() else name
+    """The JDK's tool ``name`` (``jcmd``, ``jfr``): under ``JAVA_HOME`` when it is there, else on the PATH."""
+    home = os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / name) if home and (Path(home) / "bin" / name).exists() else name
+
+
+def _jcmd(pid: str, *command: str) -> None:
+    """Run ``jcmd <pid> <command>`` against the Spark JVM (raises CalledProcessError when it fails)."""
+    subprocess.run([_jdk_tool("jcmd"), pid, *command], check=True, capture_output=True)
 
 
 def jfr_hot_methods(recording: Path, top: int) -> list[str]:
@@ -151,19 +156,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             spark.sparkContext._jvm.System.gc()
             record = args.jfr and i == args.rounds - 1
             if record:
-                subprocess.run([_jdk_tool("jcmd"), pid, "JFR.start", "name=silver", "settings=profile"], check=True,
-                               capture_output=True)
+                _jcmd(pid, "JFR.start", "name=silver", "settings=profile")
             t0 = time.time()
             results = build_silver(spark, cfg, window)
             t1 = time.time()
             if record:
-                subprocess.run([_jdk_tool("jcmd"), pid, "JFR.stop", "name=silver", f"filename={events / tag}.jfr"], check=True,
-                               capture_output=True)
+                _jcmd(pid, "JFR.stop", "name=silver", f"filename={events / tag}.jfr")
             spans[tag] = (t0 * 1000, t1 * 1000)
             print(f"{tag} round {i + 1}: {t1 - t0:.1f} s, "
                   + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
     spark.stop()
-    log = next(f for f in events.iterdir() if f != path and f.suffix != ".jfr")  # the session's one event log
+    log = next(f for f in events.iterdir() if f != path and f.suffix != ".jfr")  # the one event log
     tasks, jobs = read_event_log(log)
     for tag, (a, b) in spans.items():
         steps = jobs_by_step(log, a, b)
