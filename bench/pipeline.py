@@ -142,7 +142,8 @@ def run_format(spark, cfg, sampler: RssSampler, tag: str, start: dt.datetime, ev
 
 
 def release_memory(spark) -> None:
-    """A full GC in the JVM (G1 then gives unused heap back) and in Python, before a measured stage or gate.
+    """A full GC in the JVM (which then gives unused heap back: :data:`cdclake.catalog.JVM_OPTIONS`) and in
+    Python, before a measured stage or gate.
 
     The DAG runs each stage in its own JVM and each gate in a task with no JVM at all; here one JVM
     runs them all, and without this a stage's or a gate's peak RSS would include the heap the stage

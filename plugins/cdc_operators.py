@@ -180,7 +180,7 @@ def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperato
     """The :class:`StageJobOperator` running ``jobs/<stage>.py`` over the run's window, with the
     pipeline's ``airflow.execution_timeout_s.<stage>``, ``airflow.pool`` and connections. ``window``
     false: a job without a window (``maintenance``), given ``--pipeline`` only."""
-    from cdclake.catalog import spark_jars
+    from cdclake.catalog import jvm_conf, spark_jars
     from cdclake.config import connection_ids
 
     args = ["--pipeline", cfg.path]
@@ -198,6 +198,7 @@ def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperato
         connections=connection_ids(cfg),
         name=f"cdc-{cfg.name}-{stage}",
         jars=",".join(spark_jars(cfg.catalog)),
+        conf=jvm_conf(cfg),  # before the driver's JVM starts: the job's session is too late for them
         driver_memory=cfg.spark.driver_memory,
         executor_memory=cfg.spark.executor_memory,
         executor_cores=cfg.spark.executor_cores,

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import STATE
 
-from cdclake.catalog import pyiceberg_uri, spark_conf
+from cdclake.catalog import JVM_OPTIONS, pyiceberg_uri, spark_conf
 from cdclake.config import CONNECTION_ENV_PREFIX, load_pipeline
 from cdclake.errors import ConfigError
 from cdclake.kafka_ranges import _client_conf
@@ -160,6 +160,7 @@ def test_the_operator_hands_secrets_to_the_job_not_to_templates(monkeypatch, con
     hook = op._get_hook()  # resolves the connections through Airflow, as execute() does
     command = " ".join(hook._build_spark_submit_command(op.application))
     assert KAFKA_PASSWORD not in command and CATALOG_PASSWORD not in command
+    assert f"spark.driver.extraJavaOptions={JVM_OPTIONS}" in command  # given before the driver's JVM starts
     handed = {k: v for k, v in hook._env_vars.items() if k.startswith(CONNECTION_ENV_PREFIX)}
     assert sorted(handed) == ["CDC_CONNECTION_KAFKA_SASL", "CDC_CONNECTION_LAKE_PG"]
     assert not any(k.startswith(CONNECTION_ENV_PREFIX) for k in op.env_vars)  # the template field is untouched
