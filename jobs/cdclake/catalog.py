@@ -63,13 +63,14 @@ def spark_jars(cat: CatalogConfig) -> list[str]:
     return [str(iceberg_jar()), JDBC_JARS[_kind(cat)]]
 
 
-#: The JVM options of the driver and the executors: UTC, and the throughput collector. A batch
-#: job's heap is filled and dropped step by step (Iceberg's row reader builds an object per map
-#: entry of every bronze image); with two cores, G1's concurrent marking takes CPU from the task
-#: threads. Measured in runs of ``make bench`` (1M changes, ``local[2]``, the ratio to Spark's
-#: ``from_json`` of the same run): silver 0.82 (Debezium) and 0.74 (SharePlex) with this collector,
-#: 0.74 and 0.66, then 0.64 and 0.66, with G1 (``bench/results/2026-11-27-gc-*.json``). The free-heap
-#: ratios keep the committed heap near what is live, and a full collection gives the rest back.
+#: The JVM options of the driver and the executors: UTC, and the throughput collector instead of
+#: G1 (a batch job's heap fills and empties step by step; on two cores G1's concurrent work shares
+#: the task threads' CPU). Measured in ``bench.run --formats dbz,splex`` runs (1M changes,
+#: ``local[2]``, G1 and this collector alternating, the ratio to the same run's ``from_json``):
+#: silver 0.74 and 0.64 (Debezium), 0.66 and 0.66 (SharePlex) with G1; 0.78 and 0.82, 0.80 and
+#: 0.74 with this collector (kept: ``bench/results/2026-11-27-gc-g1.json`` and ``-gc-parallel.json``,
+#: the second of each). The free-heap ratios keep the committed heap near what is live, and a full
+#: collection gives the rest back.
 JVM_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
 
 
