@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import STATE
 
-from cdclake.catalog import JVM_OPTIONS, pyiceberg_uri, spark_conf
+from cdclake.catalog import JVM_OPTIONS, jvm_conf, pyiceberg_uri, spark_conf
 from cdclake.config import CONNECTION_ENV_PREFIX, load_pipeline
 from cdclake.errors import ConfigError
 from cdclake.kafka_ranges import _client_conf
@@ -139,8 +139,6 @@ def test_a_missing_connection_is_a_one_line_error(monkeypatch):
 def test_the_pipeline_s_jvm_options_reach_spark_submit_in_place_of_the_default(monkeypatch, conns):
     from airflow.sdk import DAG
     from cdc_operators import stage_job
-
-    from cdclake.catalog import jvm_conf
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECRETS_TEST", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     path = _pipeline("jvm", catalog={"connection": "lake_pg"})
