@@ -136,37 +136,39 @@ def test_a_missing_connection_is_a_one_line_error(monkeypatch):
     assert "AIRFLOW_CONN_NOWHERE" in msg
 
 
-def test_the_pipeline_s_jvm_options_reach_spark_submit_in_place_of_the_default(monkeypatch, conns):
+def _land_job(monkeypatch, parsed, dag_id: str):
+    """The DAG's land task of pipeline ``parsed`` (loaded without resolving secrets), on a Spark
+    connection of ``local[1]``."""
     from airflow.sdk import DAG
     from cdc_operators import stage_job
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECRETS_TEST", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    parsed.airflow.spark_conn_id = "spark_secrets_test"
+    with DAG(dag_id, schedule=None, start_date=dt.datetime(2024, 1, 1)):
+        return stage_job("land", parsed)
+
+
+def test_the_pipeline_s_jvm_options_reach_spark_submit_in_place_of_the_default(monkeypatch, conns):
     path = _pipeline("jvm", catalog={"connection": "lake_pg"})
     doc = yaml.safe_load(path.read_text())
     mine = "-Duser.timezone=UTC -XX:+UseG1GC"
     doc["spark"] = {"conf": {"spark.driver.extraJavaOptions": mine}}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     parsed = load_pipeline(path, resolve=False)
-    parsed.airflow.spark_conn_id = "spark_secrets_test"
     assert jvm_conf(parsed) == {"spark.driver.extraJavaOptions": mine, "spark.executor.extraJavaOptions": JVM_OPTIONS}
-    with DAG("jvm_options_test", schedule=None, start_date=dt.datetime(2024, 1, 1)):
-        op = stage_job("land", parsed)
+    op = _land_job(monkeypatch, parsed, "jvm_options_test")
     command = op._get_hook()._build_spark_submit_command(op.application)
     assert f"spark.driver.extraJavaOptions={mine}" in command  # the pipeline's, before the driver's JVM starts
     assert f"spark.executor.extraJavaOptions={JVM_OPTIONS}" in command  # the one it leaves out keeps the default
 
 
 def test_the_operator_hands_secrets_to_the_job_not_to_templates(monkeypatch, conns):
-    from airflow.sdk import DAG
     from airflow.sdk._shared.secrets_masker import redact
-    from cdc_operators import airflow_connection, stage_job
+    from cdc_operators import airflow_connection
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECRETS_TEST", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     parsed = load_pipeline(_pipeline("operator", catalog={"connection": "lake_pg"}), resolve=False)
     assert parsed.kafka.bootstrap_servers is None  # the DAG file needs no secrets
-    parsed.airflow.spark_conn_id = "spark_secrets_test"
-    with DAG("secrets_test", schedule=None, start_date=dt.datetime(2024, 1, 1)):
-        op = stage_job("land", parsed)
+    op = _land_job(monkeypatch, parsed, "secrets_test")
 
     class TI:  # the context's task instance: only the window's XCom is read
         def xcom_pull(self, task_ids):
