@@ -69,6 +69,14 @@ def _dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def connect_document(schema_json: bytes, payload: object) -> bytes:
+    """A Kafka Connect JsonConverter document ``{"schema": ..., "payload": payload}`` with the
+    schema given already serialized (``_dumps(schema)``, once per table): the bytes
+    ``_dumps({"schema": schema, "payload": payload})`` gives, without serializing the schema (most
+    of a Debezium, Replicant or CDL message) again for every message."""
+    return b'{"schema":' + schema_json + b',"payload":' + _dumps(payload) + b"}"
+
+
 def _partition(data: bytes, partitions: int) -> int:
     return zlib.crc32(data) % partitions
 
@@ -225,8 +233,8 @@ def debezium_json(history: Sequence[Transaction], tables: Mapping[str, Table], d
         last = history[-1].changes[-1]
         snap_file, snap_pos = last.binlog_file, last.binlog_pos + 1
     n_snapshot = sum(len(tx.changes) for tx in snapshot_txs)
-    value_schemas = {name: debezium_value_schema(t, server_name, database) for name, t in tables.items()}
-    key_schemas = {name: debezium_key_schema(t, server_name, database) for name, t in tables.items()}
+    value_schemas = {name: _dumps(debezium_value_schema(t, server_name, database)) for name, t in tables.items()}
+    key_schemas = {name: _dumps(debezium_key_schema(t, server_name, database)) for name, t in tables.items()}
 
     out: list[Message] = []
     seen_snapshot = 0
@@ -236,8 +244,7 @@ def debezium_json(history: Sequence[Transaction], tables: Mapping[str, Table], d
         for i, ch in enumerate(tx.changes):
             table = tables[ch.table]
             key_payload = {k: _debezium_value(table.column(k), v) for k, v in zip(table.primary_key, ch.key)}
-            key_obj = {"schema": key_schemas[ch.table], "payload": key_payload} if with_schema else key_payload
-            key = _dumps(key_obj)
+            key = connect_document(key_schemas[ch.table], key_payload) if with_schema else _dumps(key_payload)
             per_table[ch.table] = per_table.get(ch.table, 0) + 1
             kafka_ts = last_ts = max(last_ts, tx.commit_ts_ms + delivery_delay_ms(tx.tx_id, i))
             if tx.snapshot:
@@ -257,9 +264,9 @@ def debezium_json(history: Sequence[Transaction], tables: Mapping[str, Table], d
                 transaction = {"id": tx.tx_id, "total_order": i + 1, "data_collection_order": per_table[ch.table]}
             payload = {"before": before, "after": after, "source": source, "op": op,
                        "ts_ms": kafka_ts - 5 - zlib.crc32(key) % 90, "transaction": transaction}
-            value = {"schema": value_schemas[ch.table], "payload": payload} if with_schema else payload
+            value = connect_document(value_schemas[ch.table], payload) if with_schema else _dumps(payload)
             part = _partition(key, partitions)
-            out.append(Message(key, _dumps(value), kafka_ts, part, tx.commit_ts_ms, 1))
+            out.append(Message(key, value, kafka_ts, part, tx.commit_ts_ms, 1))
             if op == "d":
                 out.append(Message(key, None, kafka_ts, part, tx.commit_ts_ms))
     return out

@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import json
 import zlib
 from typing import Mapping, Optional, Sequence
 
 from cdclake.sim.model import DATABASE, Column, Table, Transaction, datetime_to_ms
-from cdclake.sim.render import Message, decimal_to_base64, delivery_delay_ms
+from cdclake.sim.render import Message, _dumps, connect_document, decimal_to_base64, delivery_delay_ms
 from cdclake.types import decimal_precision_scale, to_text
 
 MYSQL_VERSION = "8.0.36"
@@ -142,10 +141,6 @@ def query_text(table: Table, database: str, op: str, before: Optional[Mapping], 
     return f"UPDATE {qualified} SET {sets} WHERE {where}"
 
 
-def _dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 def arcion_json(history: Sequence[Transaction], tables: Mapping[str, Table], database: str = DATABASE,
                 partitions: int = 3, connector_name: str = CONNECTOR_NAME, server_id: int = 1,
                 version: str = MYSQL_VERSION) -> list[Message]:
@@ -157,8 +152,8 @@ def arcion_json(history: Sequence[Transaction], tables: Mapping[str, Table], dat
     docstring for the message shapes. ``Message.rows`` counts the history's row changes a message
     completes (the insert half of a split update carries the update).
     """
-    key_schemas = {name: key_schema(t, connector_name, database) for name, t in tables.items()}
-    value_schemas = {name: value_schema(t, connector_name, database) for name, t in tables.items()}
+    key_schemas = {name: _dumps(key_schema(t, connector_name, database)) for name, t in tables.items()}
+    value_schemas = {name: _dumps(value_schema(t, connector_name, database)) for name, t in tables.items()}
     out: list[Message] = []
     last_ts = 0
 
@@ -179,7 +174,7 @@ def arcion_json(history: Sequence[Transaction], tables: Mapping[str, Table], dat
             for j, (op, before, after) in enumerate(events):
                 image: Mapping = after if after is not None else before  # type: ignore[assignment]
                 key_payload = {k: connect_value(table.column(k), image[k]) for k in table.primary_key}
-                key = _dumps({"schema": key_schemas[ch.table], "payload": key_payload})
+                key = connect_document(key_schemas[ch.table], key_payload)
                 kafka_ts = last_ts = max(last_ts, tx.commit_ts_ms + delivery_delay_ms(tx.tx_id, n))
                 n += 1
                 query = query_text(table, database, op, before, after)
@@ -198,7 +193,7 @@ def arcion_json(history: Sequence[Transaction], tables: Mapping[str, Table], dat
                     payload_ts = kafka_ts - 5 - zlib.crc32(key) % 90
                 payload = {"before": _image(table, before), "after": _image(table, after), "source": source,
                            "op": op, "ts_ms": payload_ts}
-                value = _dumps({"schema": value_schemas[ch.table], "payload": payload})
+                value = connect_document(value_schemas[ch.table], payload)
                 part = zlib.crc32(key) % partitions
                 rows = 1 if j == len(events) - 1 else 0
                 out.append(Message(key, value, kafka_ts, part, tx.commit_ts_ms, rows))

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import json
 import uuid
 import zlib
 from decimal import Decimal
 from typing import Mapping, Optional, Sequence
 
 from cdclake.sim.model import DATABASE, Column, Table, Transaction, datetime_to_ms
-from cdclake.sim.render import Message, delivery_delay_ms
+from cdclake.sim.render import Message, _dumps, connect_document, delivery_delay_ms
 from cdclake.types import to_text
 
 DATA_STORE = "POSTGRESQL"
@@ -28,10 +27,6 @@ _EPOCH_DAY = _dt.date(1970, 1, 1)
 
 _CONNECT = {"bigint": "int64", "int": "int32", "smallint": "int16", "float": "float32", "double": "float64",
             "boolean": "boolean", "binary": "bytes", "string": "string"}
-
-
-def _dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def cdl_field(col: Column) -> dict:
@@ -151,7 +146,7 @@ def cdl_json(history: Sequence[Transaction], tables: Mapping[str, Table], databa
     """
     history = list(history)
     identifier = str(uuid.uuid5(uuid.NAMESPACE_URL, f"cdl://{database}/{schema}"))
-    schemas = {name: cdl_schema(t, schema) for name, t in tables.items()}
+    schemas = {name: _dumps(cdl_schema(t, schema)) for name, t in tables.items()}
     out: list[Message] = []
     lsn = first_lsn
     last_ts = 0
@@ -184,7 +179,7 @@ def cdl_json(history: Sequence[Transaction], tables: Mapping[str, Table], databa
             }
             key = _dumps(unique)
             kafka_ts = last_ts = max(last_ts, tx.commit_ts_ms + delivery_delay_ms(tx.tx_id, i))
-            value = _dumps({"schema": schemas[ch.table], "payload": payload})
+            value = connect_document(schemas[ch.table], payload)
             out.append(Message(key, value, kafka_ts, zlib.crc32(key) % partitions, tx.commit_ts_ms, 1))
         lsn += 48  # the commit record
     return out
