@@ -544,3 +544,27 @@ def test_produce_raises_on_delivery_error(broker, dbz):
     bad = [Message(b"k", b"v", dbz[0].timestamp_ms, 7)]
     with pytest.raises(Exception, match="partition 7|Unknown partition|UNKNOWN_PARTITION"):
         produce(broker, topic, bad, producer_config={"message.timeout.ms": 3000}, timeout=10)
+
+
+def test_connect_documents_are_the_bytes_of_the_whole_document():
+    """The Connect JSON renderers write each table's schema once (``connect_document``): every
+    Debezium, Replicant and CDL message of a simulated hour is byte for byte what serializing the
+    whole ``{"schema", "payload"}`` document gives, non-ASCII names and values included."""
+    from cdclake.sim import SimulatedSource
+    from cdclake.sim.render import _dumps, connect_document
+    from cdclake.sim.wire import WIRE_FORMATS
+
+    schema, payload = {"type": "struct", "name": "sch\u00e9ma", "fields": []}, {"caf\u00e9": "\u00fcber", "n": 1.5}
+    assert connect_document(_dumps(schema), payload) == _dumps({"schema": schema, "payload": payload})
+    src = SimulatedSource(seed=5, start=dt.datetime(2024, 1, 1), hours=1, tx_per_hour=30)
+    history = src.run()
+    checked = Counter()
+    for wf in WIRE_FORMATS:
+        if wf.tag not in ("dbz", "arcion", "cdl"):
+            continue
+        for m in wf.messages(history, src.tables):
+            for raw in (m.key, m.value):
+                if raw is not None and raw.startswith(b'{"schema":'):
+                    assert _dumps(json.loads(raw)) == raw, wf.tag
+                    checked[wf.tag] += 1
+    assert set(checked) == {"dbz", "arcion", "cdl"} and min(checked.values()) > 50, checked
