@@ -147,6 +147,7 @@ def cdl_json(history: Sequence[Transaction], tables: Mapping[str, Table], databa
     history = list(history)
     identifier = str(uuid.uuid5(uuid.NAMESPACE_URL, f"cdl://{database}/{schema}"))
     schemas = {name: _dumps(cdl_schema(t, schema)) for name, t in tables.items()}
+    heartbeat_json = _dumps(heartbeat_schema())
     out: list[Message] = []
     lsn = first_lsn
     last_ts = 0
@@ -159,7 +160,7 @@ def cdl_json(history: Sequence[Transaction], tables: Mapping[str, Table], databa
                    "transaction": {"properties": [{"name": "lsn", "value": lsn}]},
                    "message_version": "1.0", "message_type": "1", "HEARTBEAT_IDENTIFIER": identifier}
         kafka_ts = last_ts = max(last_ts, ts + 50)
-        out.append(Message(None, _dumps({"schema": heartbeat_schema(), "payload": payload}), kafka_ts, 0, ts, 0))
+        out.append(Message(None, connect_document(heartbeat_json, payload), kafka_ts, 0, ts, 0))
 
     for n, tx in enumerate(history):
         while heartbeat_interval_ms > 0 and next_heartbeat < tx.commit_ts_ms:
