@@ -6,7 +6,8 @@
 #   make bench  - the benchmark (bench/README.md); BENCH_ARGS="--events 200000" for a smaller hour
 #   make bench-profile - normalize's Python worker alone, with a cProfile or py-spy listing (PROFILE_ARGS="--events 50000 --py-spy")
 #   make bench-silver-profile - silver alone on the last bench run's lake, jobs by step (SILVER_PROFILE_ARGS;
-#                 "--jfr 25": the last round's 25 hottest JVM methods, from the JDK's Flight Recorder)
+#                 "--jfr 25": the last round's 25 hottest JVM methods, from the JDK's Flight Recorder;
+#                 "--floor": each round beside the plainest query for the hour, each key's latest image)
 #   make cluster - a Spark standalone master and worker on loopback; make cluster-stop ends them
 #   make inspect TOPIC=t - sample a topic, name its format, tables, keys and types, print a pipeline file for it
 #                 (INSPECT_ARGS="--pipeline config/pipelines/demo.yaml --sample 500"; the embedded stack's broker by default)

@@ -9,6 +9,17 @@ ran them (a computed step is named by the line that called :func:`cdclake.catalo
 other jobs by Spark's call site), their seconds, and the share of the round with 0, 1, 2 ...
 tasks running (:mod:`bench.timeline`). The first round runs on a cold JVM; quote the later ones.
 
+``--floor``: every round also times a reference beside silver, the plainest Spark query for the
+same hour (:func:`latest_images`): for each table silver made, its bronze rows of the hour
+reduced to each key's latest change, whose after image is written as the table's typed columns
+into a new Iceberg table (namespace ``<silver namespace>_floor``, bucketed as silver), as many
+tables at a time as silver (``silver.parallel_tables``). Where every change carries the whole row
+and no key changes (the Debezium and Canal hours) it gives silver's rows without the ``_cdc_``
+columns (the rows that differ are counted, outside the timing); with partial images (SharePlex)
+it skips completing them and its rows differ. What silver does beyond it: the batch summary,
+each column's latest change and its order, the reset, tombstones, the upsert and delete counts,
+and the MERGE's column-by-column rule with the ``_cdc_`` columns.
+
 ``--jfr N``: the last round also runs under the JDK's Flight Recorder (``jcmd JFR.start``,
 method samples every 10 ms of every JVM thread), and the N methods seen most often are printed,
 on top of the stack (self) and anywhere in it (total), as shares of the samples of Spark's task
@@ -65,6 +76,63 @@ def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[
     return sorted(((s, n, t) for s, (n, t) in by.items()), key=lambda x: -x[2])
 
 
+def latest_images(spark, cfg, window, results, namespace: str) -> tuple[float, int, int]:
+    """``--floor``'s reference for the silver tables of ``results`` (:class:`cdclake.silver.TableResult`
+    of :func:`cdclake.silver.build_silver` over ``window``): seconds taken, rows written and rows
+    that differ from silver's (its ``_cdc_`` columns left out; in either table and not the other,
+    counted after the timing), as many tables at a time as silver merges (see the module docstring). Each silver table's source table and key
+    come from its properties (:data:`cdclake.lake.SOURCE_TABLE_PROPERTY`,
+    :data:`cdclake.lake.PRIMARY_KEY_PROPERTY`), its columns and types from its schema; the new
+    tables in ``namespace`` are replaced."""
+    from pyspark.sql import functions as F
+
+    from cdclake.catalog import ensure_namespace, qualified
+    from cdclake.lake import BRONZE_TABLE, PRIMARY_KEY_PROPERTY, SOURCE_TABLE_PROPERTY, window_filter
+    from cdclake.silver.order import BRONZE
+    from cdclake.types import quote_ident, sql_cast, sql_string
+
+    ensure_namespace(spark, cfg, namespace)
+    bronze = spark.table(qualified(cfg, BRONZE_TABLE)).where(window_filter(window, list(window.topics)))
+    plans = []
+    for r in results:
+        props = {p["key"]: p["value"] for p in spark.sql(f"SHOW TBLPROPERTIES {r.table}").collect()}
+        _prefix, database, schema, table = json.loads(props[SOURCE_TABLE_PROPERTY])
+        pk = json.loads(props[PRIMARY_KEY_PROPERTY])
+        cols = [f for f in spark.table(r.table).schema.fields if not f.name.startswith("_cdc_")]
+        name = f"{cfg.catalog.name}.{quote_ident(namespace)}.{quote_ident(r.table.rsplit('.', 1)[-1].strip('`'))}"
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+        plans.append((name, database, schema, table, pk, cols))
+
+    def one(plan) -> None:
+        name, database, schema, table, pk, cols = plan
+        rows = bronze.where(F.col("source_database").eqNullSafe(F.lit(database))
+                            & F.col("source_schema").eqNullSafe(F.lit(schema))
+                            & (F.col("source_table") == F.lit(table)) & (F.col("op") != "truncate"))
+        image = F.when(F.col("op") == "delete", F.col("before")).otherwise(F.col("after"))
+        latest = (rows.groupBy(*[image[k].alias(f"_k{i}") for i, k in enumerate(pk)])
+                  .agg(F.max_by(F.struct("op", "after"), BRONZE.column(row=True)).alias("_last"))
+                  .where(F.col("_last.op") != "delete")
+                  .select(*[F.expr(sql_cast(f"_last.after[{sql_string(f.name)}]", f.dataType.simpleString()))
+                            .alias(f.name) for f in cols]))
+        spark.sql(f"CREATE TABLE {name} ({', '.join(f'{quote_ident(f.name)} {f.dataType.simpleString()}' for f in cols)}) "
+                  f"USING iceberg PARTITIONED BY (bucket({cfg.silver.buckets}, {quote_ident(pk[0])})) "
+                  "TBLPROPERTIES ('format-version'='2')")
+        latest.writeTo(name).append()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.time()
+    with ThreadPoolExecutor(max(1, min(cfg.silver.parallel_tables, len(plans)))) as pool:
+        list(pool.map(one, plans))
+    seconds = time.time() - t0
+    written = differ = 0
+    for r, (name, *_rest, cols) in zip(results, plans):
+        floor, silver = spark.table(name), spark.table(r.table).select(*[f.name for f in cols])
+        written += floor.count()
+        differ += silver.exceptAll(floor).count() + floor.exceptAll(silver).count()
+    return seconds, written, differ
+
+
 def _jdk_tool(name: str) -> str:
     """The JDK's tool ``name`` (``jcmd``, ``jfr``): under ``JAVA_HOME`` when it is there, else on the PATH."""
     home = os.environ.get("JAVA_HOME")
@@ -113,6 +181,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2], whatever the run used)")
     p.add_argument("--jfr", type=int, default=0, metavar="N",
                    help="record the last round with the JDK's Flight Recorder and print its N hottest methods")
+    p.add_argument("--floor", action="store_true",
+                   help="time each round's reference too: every key's latest after image written as typed columns")
     args = p.parse_args(argv)
     os.environ["TZ"] = "UTC"
     time.tzset()
@@ -165,6 +235,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             spans[tag] = (t0 * 1000, t1 * 1000)
             print(f"{tag} round {i + 1}: {t1 - t0:.1f} s, "
                   + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
+            if args.floor:
+                seconds, written, differ = latest_images(spark, cfg, window, results, f"{cfg.silver.namespace}_floor")
+                print(f"{tag} round {i + 1} floor: {seconds:.1f} s, {written} rows, {differ} differing from "
+                      f"silver's; silver took {(t1 - t0) / seconds:.2f}x the floor", flush=True)
     spark.stop()
     log = next(f for f in events.iterdir() if f != path and f.suffix != ".jfr")  # the one event log
     tasks, jobs = read_event_log(log)
