@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -78,12 +79,12 @@ def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[
 
 def latest_images(spark, cfg, window, results, namespace: str) -> tuple[float, int, int]:
     """``--floor``'s reference for the silver tables of ``results`` (:class:`cdclake.silver.TableResult`
-    of :func:`cdclake.silver.build_silver` over ``window``): seconds taken, rows written and rows
-    that differ from silver's (its ``_cdc_`` columns left out; in either table and not the other,
-    counted after the timing), as many tables at a time as silver merges (see the module docstring). Each silver table's source table and key
-    come from its properties (:data:`cdclake.lake.SOURCE_TABLE_PROPERTY`,
-    :data:`cdclake.lake.PRIMARY_KEY_PROPERTY`), its columns and types from its schema; the new
-    tables in ``namespace`` are replaced."""
+    of :func:`cdclake.silver.build_silver` over ``window``), as many tables at a time as silver
+    merges (see the module docstring). Returns ``(seconds, rows written, rows differing)``: the
+    last counts rows in either table and not the other (silver's ``_cdc_`` columns left out),
+    after the timing. Each silver table's source table and key come from its properties
+    (:data:`cdclake.lake.SOURCE_TABLE_PROPERTY`, :data:`cdclake.lake.PRIMARY_KEY_PROPERTY`), its
+    columns and types from its schema; the tables in ``namespace`` are replaced."""
     from pyspark.sql import functions as F
 
     from cdclake.catalog import ensure_namespace, qualified
@@ -114,12 +115,11 @@ def latest_images(spark, cfg, window, results, namespace: str) -> tuple[float, i
                   .where(F.col("_last.op") != "delete")
                   .select(*[F.expr(sql_cast(f"_last.after[{sql_string(f.name)}]", f.dataType.simpleString()))
                             .alias(f.name) for f in cols]))
-        spark.sql(f"CREATE TABLE {name} ({', '.join(f'{quote_ident(f.name)} {f.dataType.simpleString()}' for f in cols)}) "
-                  f"USING iceberg PARTITIONED BY (bucket({cfg.silver.buckets}, {quote_ident(pk[0])})) "
+        columns = ", ".join(f"{quote_ident(f.name)} {f.dataType.simpleString()}" for f in cols)
+        bucket = f"bucket({cfg.silver.buckets}, {quote_ident(pk[0])})"
+        spark.sql(f"CREATE TABLE {name} ({columns}) USING iceberg PARTITIONED BY ({bucket}) "
                   "TBLPROPERTIES ('format-version'='2')")
         latest.writeTo(name).append()
-
-    from concurrent.futures import ThreadPoolExecutor
 
     t0 = time.time()
     with ThreadPoolExecutor(max(1, min(cfg.silver.parallel_tables, len(plans)))) as pool:
@@ -236,7 +236,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{tag} round {i + 1}: {t1 - t0:.1f} s, "
                   + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
             if args.floor:
-                seconds, written, differ = latest_images(spark, cfg, window, results, f"{cfg.silver.namespace}_floor")
+                floor_ns = f"{cfg.silver.namespace}_floor"
+                seconds, written, differ = latest_images(spark, cfg, window, results, floor_ns)
                 print(f"{tag} round {i + 1} floor: {seconds:.1f} s, {written} rows, {differ} differing from "
                       f"silver's; silver took {(t1 - t0) / seconds:.2f}x the floor", flush=True)
     spark.stop()
