@@ -60,7 +60,7 @@ def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows:
     from pyspark.sql.types import _parse_datatype_string
 
     from cdclake.catalog import ensure_namespace, qualified
-    from cdclake.lake import BRONZE_SCHEMA, with_shape_columns
+    from cdclake.lake import BRONZE_SCHEMA
 
     ensure_namespace(spark, cfg, BATCH_TABLE.split(".")[0])
     name = qualified(cfg, BATCH_TABLE)
@@ -99,11 +99,10 @@ def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows:
         "kafka_topic": F.lit("bench.merge"), "kafka_partition": i % 3, "kafka_offset": i / 3,
         "kafka_timestamp_ms": ts + F.lit(500), "landed_hour": F.timestamp_millis(F.lit(BASE_MS + 3_600_000 * (1 + hour))),
     }
-    # by name from the bronze schema of the library; a column this harness does not know is null,
-    # and the shape columns are computed as normalize computes them
+    # by name from the bronze schema of the library; a column this harness does not know is null
     fields = _parse_datatype_string(BRONZE_SCHEMA).fields
-    frame = with_shape_columns(spark.range(batch).select(*[
-        (known[f.name] if f.name in known else F.lit(None)).cast(f.dataType).alias(f.name) for f in fields]))
+    frame = spark.range(batch).select(*[
+        (known[f.name] if f.name in known else F.lit(None)).cast(f.dataType).alias(f.name) for f in fields])
     spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
     spark.sql(f"CREATE TABLE {name} ({BRONZE_SCHEMA}) USING iceberg TBLPROPERTIES ('format-version'='2')")
     frame.writeTo(name).append()

@@ -200,22 +200,10 @@ def _change_fields() -> list[tuple[str, str, bool]]:
 
 _FIELDS = _change_fields()
 _SPLIT = [n for n, _, _ in _FIELDS].index(_FIRST_VERSION_LAST_FIELD) + 1
-#: The bronze columns of a change record as normalize's Python workers hand them over: the
-#: :class:`ChangeRecord` fields up to ``row_in_record``, the Kafka columns, then the fields added
-#: since (``tx_last``, ``tx_size``). Derived from the dataclass: a new field of ChangeRecord is a
-#: new bronze column.
-RECORD_COLUMNS = [(n, t) for n, t, _ in _FIELDS[:_SPLIT]] + KAFKA_COLUMNS + [(n, t) for n, t, _ in _FIELDS[_SPLIT:]]
-#: Columns bronze computes from the record columns when normalize writes them (:func:`shape_columns`):
-#: ``image_shape``, the change's shape as JSON text ``{"a": [after image's column names], "b":
-#: [before image's], "t": {column: canonical type}}`` (a member left out when the image or the
-#: types are null; ``{}`` for a change with neither), and ``key_change``, whether the change is a
-#: key change under its own primary key (:func:`key_change`; null without a primary key). A
-#: batch's changes repeat a few shapes: silver's batch summary groups them by this short text
-#: (Parquet keeps it as a dictionary) instead of reading every image map. Rows written before
-#: these columns existed hold nulls, and the summary reads their maps.
-SHAPE_COLUMNS = [("image_shape", "string"), ("key_change", "boolean")]
-#: ``bronze.changes``: :data:`RECORD_COLUMNS`, then :data:`SHAPE_COLUMNS`.
-BRONZE_COLUMNS = RECORD_COLUMNS + SHAPE_COLUMNS
+#: ``bronze.changes``: the :class:`ChangeRecord` fields up to ``row_in_record``, the Kafka
+#: columns, then the fields added since (``tx_last``, ``tx_size``). Derived from the dataclass:
+#: a new field of ChangeRecord is a new bronze column.
+BRONZE_COLUMNS = [(n, t) for n, t, _ in _FIELDS[:_SPLIT]] + KAFKA_COLUMNS + [(n, t) for n, t, _ in _FIELDS[_SPLIT:]]
 BRONZE_SCHEMA = ddl(BRONZE_COLUMNS)
 #: The Python types each ChangeRecord field may hold to be written to its bronze column.
 CHANGE_PYTHON_TYPES = {n: ((dict,) if t.startswith("map<") else (list, tuple) if t.startswith("array<")
@@ -223,9 +211,9 @@ CHANGE_PYTHON_TYPES = {n: ((dict,) if t.startswith("map<") else (list, tuple) if
                        + ((type(None),) if optional else ()) for n, t, optional in _FIELDS}
 #: Each map column of bronze, as it leaves the Python workers: key and value arrays (PySpark's
 #: dict conversion does not keep key order, and silver creates columns in the message's order).
-STAGED_MAPS = {n: (f"{n}_k", f"{n}_v") for n, t in RECORD_COLUMNS if t.startswith("map<")}
-#: How change rows leave the Python workers (:func:`bronze_row`): the record columns, maps as key and value arrays.
-STAGED_COLUMNS = [c for n, t in RECORD_COLUMNS
+STAGED_MAPS = {n: (f"{n}_k", f"{n}_v") for n, t in BRONZE_COLUMNS if t.startswith("map<")}
+#: How change rows leave the Python workers (:func:`bronze_row`): bronze, maps as key and value arrays.
+STAGED_COLUMNS = [c for n, t in BRONZE_COLUMNS
                   for c in ([(STAGED_MAPS[n][0], "array<string>"), (STAGED_MAPS[n][1], "array<string>")]
                             if n in STAGED_MAPS else [(n, t)])]
 STAGED_SCHEMA = ddl(STAGED_COLUMNS)
@@ -243,7 +231,7 @@ def _optional_list(v) -> Optional[list]:
 
 def _row_builder(name: str, arg: str, field: Callable[[int, str, str, bool], str]) -> Callable[[Any, tuple], tuple]:
     """A function ``name(arg, kcols)`` returning the staged bronze row (:data:`STAGED_SCHEMA`) as one
-    tuple expression written out from :data:`RECORD_COLUMNS` (it runs once per change row in
+    tuple expression written out from :data:`BRONZE_COLUMNS` (it runs once per change row in
     normalize's Python workers, where a loop over the columns costs twice as much): ``field(i,
     name, type, optional)`` gives the expression of ChangeRecord field ``i``, and ``*kcols`` goes
     where the Kafka columns go. For :func:`bronze_row` and today's fields the source it compiles is::
@@ -286,39 +274,8 @@ values of :data:`KAFKA_COLUMNS`): maps as key and value lists (None: both None),
 a required array field that is None, ``AttributeError`` for a map field that is not a dict."""
 
 
-def key_change(keys):
-    """Whether a bronze change is a *key change* (a move): an update whose before image holds every
-    key column (not null) and whose after image differs from it in one (null-safe). ``keys``: an
-    array column of the key's column names (literal, or a row's ``primary_key``). A Column over
-    the bronze columns ``op``, ``before`` and ``after``, never null."""
-    from pyspark.sql import functions as F
-
-    before, after = F.col("before"), F.col("after")
-    return ((F.col("op") == "update") & before.isNotNull()
-            & F.exists(keys, lambda k: ~before[k].eqNullSafe(after[k]))
-            & F.forall(keys, lambda k: before[k].isNotNull()))
-
-
-def shape_columns() -> list:
-    """The Columns of :data:`SHAPE_COLUMNS` (``image_shape``, ``key_change``), computed from a
-    change's record columns (``after``, ``before``, ``column_types``, ``op``, ``primary_key``)."""
-    from pyspark.sql import functions as F
-
-    shape = F.to_json(F.struct(F.map_keys("after").alias("a"), F.map_keys("before").alias("b"),
-                               F.col("column_types").alias("t")))
-    moved = F.when(F.col("primary_key").isNotNull(), key_change(F.col("primary_key")))
-    return [shape.alias("image_shape"), moved.alias("key_change")]
-
-
-def with_shape_columns(changes: "DataFrame") -> "DataFrame":
-    """Bronze rows (:data:`RECORD_COLUMNS`, any :data:`SHAPE_COLUMNS` replaced) with their shape
-    columns computed (:func:`shape_columns`), columns in :data:`BRONZE_COLUMNS` order."""
-    return changes.select(*[n for n, _ in RECORD_COLUMNS]).select("*", *shape_columns())
-
-
 def bronze_frame(staged: "DataFrame") -> "DataFrame":
-    """Staged change rows (:data:`STAGED_SCHEMA`) as :data:`BRONZE_SCHEMA`: maps built in key
-    order, then the shape columns (:func:`with_shape_columns`)."""
+    """Staged change rows (:data:`STAGED_SCHEMA`) as :data:`BRONZE_SCHEMA`, maps built in key order."""
     from pyspark.sql import functions as F
 
     def column(n: str):
@@ -327,7 +284,7 @@ def bronze_frame(staged: "DataFrame") -> "DataFrame":
         k, v = STAGED_MAPS[n]
         return F.when(F.col(k).isNotNull(), F.map_from_arrays(k, v)).alias(n)
 
-    return with_shape_columns(staged.select(*[column(n) for n, _ in RECORD_COLUMNS]))
+    return staged.select(*[column(n) for n, _ in BRONZE_COLUMNS])
 
 
 #: ``bronze.quarantine``: records no parser could read, with the reason (names format and field).

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 from cdclake import types as T
 from cdclake.catalog import materialize
 from cdclake.config import PipelineConfig
-from cdclake.lake import LAST_CHANGE_COLUMNS, SOFT_DELETE_COLUMN, SourceTable, key_change, table_exists, tombstone_table
+from cdclake.lake import LAST_CHANGE_COLUMNS, SOFT_DELETE_COLUMN, SourceTable, table_exists, tombstone_table
 from cdclake.silver.order import BRONZE, STORED_ROW, in_struct, latest_change
 
 if TYPE_CHECKING:
@@ -29,6 +29,18 @@ MAX_CHAIN = 16
 def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
     """:func:`keyed_rows_with_moves` without the flag."""
     return keyed_rows_with_moves(changes, pk)[0]
+
+
+def key_change(keys):
+    """Whether a bronze change is a *move*: an update whose before image holds every key column
+    (not null) and whose after image differs from it in one (null-safe). ``keys``: an array column
+    of the key's column names (literal, or a row's ``primary_key``). A Column, never null."""
+    from pyspark.sql import functions as F
+
+    before, after = F.col("before"), F.col("after")
+    return ((F.col("op") == "update") & before.isNotNull()
+            & F.exists(keys, lambda k: ~before[k].eqNullSafe(after[k]))
+            & F.forall(keys, lambda k: before[k].isNotNull()))
 
 
 def keyed_rows_with_moves(changes: "DataFrame", pk: list[str],

@@ -19,9 +19,10 @@ from cdclake import types as T
 from cdclake.catalog import ensure_namespace, materialize
 from cdclake.config import PipelineConfig
 from cdclake.errors import SchemaChangeError, SilverError
-from cdclake.lake import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, META_COLUMNS, PRIMARY_KEY_PROPERTY, SHAPE_COLUMNS,
-                          SOFT_DELETE_COLUMN, SOURCE_TABLE_PROPERTY, SourceTable, ensure_tombstone_table, key_change,
-                          resolve_legacy_name, silver_table, table_exists, table_location, tombstone_table)
+from cdclake.lake import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, META_COLUMNS, PRIMARY_KEY_PROPERTY, SOFT_DELETE_COLUMN,
+                          SOURCE_TABLE_PROPERTY, SourceTable, ensure_tombstone_table, resolve_legacy_name, silver_table,
+                          table_exists, table_location, tombstone_table)
+from cdclake.silver.keys import key_change
 from cdclake.silver.order import BRONZE, latest_change, literal
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class BatchSummary:
     change carrying each; ``columns``: every column of an after or before image in source order
     (by the first change carrying it, then its place in that image); ``topics``: the Kafka topics
     the changes came from; ``moves``: whether a change is a key change (an update of a key
-    column, :func:`cdclake.lake.key_change`) under ``primary_key``, known (True or False)
+    column, :func:`cdclake.silver.keys.key_change`) under ``primary_key``, known (True or False)
     when every change that is not a truncate has that key, else None; ``partial``: most changes
     with an after image carry fewer columns than the batch's after images of the table carry
     together (partial images: SharePlex updates, Qlik ``columnMask``), as :func:`partial_images`
@@ -131,62 +132,28 @@ class BatchSummary:
 _IDS = ["_prefix", "source_database", "source_schema", "source_table"]
 
 
-def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]], stored: bool = False) -> "DataFrame":
+def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFrame":
     """The batch reduced to its distinct shapes per source table: ``_prefix``, ``source_database``,
     ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
     entries), ``after`` and ``before`` (the images' column names), with ``n`` (changes), ``last``
     and ``first`` (the latest and first order), ``primary_key`` (of the latest), ``topics``,
     ``pk_min`` and ``pk_max`` (the least and greatest primary key) and ``moves`` (whether a change
-    is a key change under its own primary key; null when none has a key).
-
-    ``stored``: group by the bronze shape columns (:data:`cdclake.lake.SHAPE_COLUMNS`) instead of
-    the image maps: ``image_shape`` (the JSON text, null for rows written before it existed: one
-    group per table) stands for ``types``, ``after`` and ``before`` (:func:`_shape_of`)."""
+    is a key change under its own primary key; null when none has a key)."""
     from pyspark.sql import functions as F
 
     order = BRONZE.column(row=True)
     pairs = [x for topic, prefix in sorted((prefixes or {}).items()) for x in (F.lit(topic), F.lit(prefix))]
     prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
-    if stored:
-        shape, moved = ["image_shape"], F.col("key_change")
-        groups = ["image_shape"]
-    else:
-        shape = ["column_types", "after", "before"]
-        moved = F.when(F.col("primary_key").isNotNull(), key_change(F.col("primary_key")))
-        groups = [F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
-                  F.map_keys("before").alias("before")]
     return (changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
-                           (F.col("op") == "truncate").alias("_trunc"), *shape, "primary_key", order.alias("_ord"),
-                           moved.alias("_moved"))
-            .groupBy(*_IDS, "_trunc", *groups)
+                           (F.col("op") == "truncate").alias("_trunc"), "column_types", "after", "before",
+                           "primary_key", order.alias("_ord"),
+                           F.when(F.col("primary_key").isNotNull(), key_change(F.col("primary_key"))).alias("_moved"))
+            .groupBy(*_IDS, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
+                     F.map_keys("before").alias("before"))
             .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
                  F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics"),
                  F.min("primary_key").alias("pk_min"), F.max("primary_key").alias("pk_max"),
                  F.max("_moved").alias("moves")))
-
-
-def _shape_of(r) -> tuple[list, Optional[list], Optional[list]]:
-    """``(types, after, before)`` of a row of :func:`_shapes`: the column types' ``(column, type)``
-    pairs, the after and the before image's column names (None: no image)."""
-    if "image_shape" not in r.__fields__:
-        return [(e["key"], e["value"]) for e in r["types"] or []], r["after"], r["before"]
-    shape = json.loads(r["image_shape"])
-    return list((shape.get("t") or {}).items()), shape.get("a"), shape.get("b")
-
-
-def _shape_rows(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> list:
-    """The collected rows of :func:`_shapes` of ``changes``: by the stored shape columns where the
-    rows have them, by the image maps for rows written before they existed (and for frames
-    without them)."""
-    from pyspark.sql import functions as F
-
-    if not all(c in changes.columns for c, _ in SHAPE_COLUMNS):
-        return _shapes(changes, prefixes).collect()
-    rows = _shapes(changes, prefixes, stored=True).collect()
-    if all(r["image_shape"] is not None for r in rows):
-        return rows
-    return ([r for r in rows if r["image_shape"] is not None]
-            + _shapes(changes.where(F.col("image_shape").isNull()), prefixes).collect())
 
 
 def order_key(value) -> tuple:
@@ -209,10 +176,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
     the batch to its distinct ones per source table (with the latest and first order of each, and
     the key of the latest), one Spark query whose few rows the driver reads; counts, truncates,
     keys, types and column order of every table come from those rows, ordered as Spark orders the
-    orders (:func:`order_key`). The aggregation groups by the shape columns normalize stores
-    (:data:`cdclake.lake.SHAPE_COLUMNS`), short text instead of every change's maps; rows without
-    them (written before they existed) are summarized by their maps, by a second aggregation of
-    those rows alone. :func:`summarize_batch_in_spark` computes the same in Spark (the
+    orders (:func:`order_key`). :func:`summarize_batch_in_spark` computes the same in Spark (the
     reference the tests compare with).
     """
     out: dict[tuple, BatchSummary] = {}
@@ -223,9 +187,8 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
     placed: dict[tuple, tuple] = {}  # (table, column) -> key of the first (order, image, place) carrying it
     moves: dict[tuple, list] = {}  # table -> [(least key, greatest key, key change)] of its data changes' shapes
     images: dict[tuple, list] = {}  # table -> [(after image's column list, changes)] of its data changes' shapes
-    for r in _shape_rows(changes, prefixes):
+    for r in _shapes(changes, prefixes).collect():
         ids = tuple(r[c] for c in _IDS)
-        types, after, before = _shape_of(r)
         summary = out.setdefault(ids, BatchSummary())
         summary.changes += int(r["n"])
         topics.setdefault(ids, set()).update(r["topics"])
@@ -238,15 +201,15 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
             continue
         summary.rows += int(r["n"])
         moves.setdefault(ids, []).append((r["pk_min"], r["pk_max"], r["moves"]))
-        images.setdefault(ids, []).append((after, int(r["n"])))
+        images.setdefault(ids, []).append((r["after"], int(r["n"])))
         last, first = order_key(r["last"]), order_key(r["first"])
         if ids not in latest or last > latest[ids][0]:
             latest[ids] = (last, r["primary_key"])
-        for column, type_ in types:
-            at = (ids, column, type_)
+        for entry in r["types"] or []:
+            at = (ids, entry["key"], entry["value"])
             if at not in typed or last > typed[at]:
                 typed[at] = last
-        for img, names in ((0, after), (1, before)):
+        for img, names in ((0, r["after"]), (1, r["before"])):
             for place, c in enumerate(names or []):
                 k = (first, img, place)
                 if (ids, c) not in placed or k < placed[(ids, c)]:
