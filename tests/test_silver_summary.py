@@ -123,6 +123,32 @@ def test_the_summary_knows_whether_a_table_has_a_key_change(spark):
         assert summary.moves is flag is bool(keyed.where(F.col("_kind") == "move").take(1))
 
 
+def test_key_change_over_known_key_names_flags_what_the_per_row_key_array_flags(spark):
+    """The unrolled test (a table's known key as names) and the higher-order one (each row's own
+    ``primary_key`` array) flag the same changes: composite keys, a null or missing key value in
+    either image, a changed key column, no before or after image, inserts and deletes."""
+    from pyspark.sql import functions as F
+
+    from cdclake.silver.keys import key_change
+
+    images = [None, {}, {"id": "1"}, {"id": "1", "v": "x"}, {"id": "2", "v": "x"}, {"id": "1", "v": "y"},
+              {"id": None, "v": "x"}, {"id": "1", "v": None}, {"v": "x"}]
+    rows = [change("a", op, i, after=a, before=b, pk=pk, row=i)
+            for op in ("insert", "update", "delete") for a in images for b in images
+            for i, pk in enumerate([("id",), ("id", "v"), ("v", "id")], start=1)]
+    df = frame(spark, rows)
+    checks = []
+    for i, pk in enumerate([("id",), ("id", "v"), ("v", "id")], start=1):
+        known = key_change(list(pk))
+        per_row = key_change(F.col("primary_key"))
+        checks.append(F.sum(F.when((F.col("row_in_record") == i) & (known != per_row), 1).otherwise(0)))
+        checks.append(F.sum(F.when((F.col("row_in_record") == i) & known, 1).otherwise(0)))
+    out = df.agg(*checks).first()
+    assert [out[j] for j in range(0, 6, 2)] == [0, 0, 0]  # no change flagged differently
+    assert all(out[j] > 0 for j in range(1, 6, 2))  # and moves exist under every key
+    assert df.select(key_change([]).alias("m")).where("m").count() == 0
+
+
 def test_the_summary_knows_whether_most_images_are_partial(spark):
     """``partial``: most changes with an after image lack a column another image of the table in
     the batch carries (SharePlex updates carry only the changed columns); deletes have none."""

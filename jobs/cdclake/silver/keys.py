@@ -33,13 +33,26 @@ def keyed_rows(changes: "DataFrame", pk: list[str]) -> "DataFrame":
 
 def key_change(keys):
     """Whether a bronze change is a *move*: an update whose before image holds every key column
-    (not null) and whose after image differs from it in one (null-safe). ``keys``: an array column
-    of the key's column names (literal, or a row's ``primary_key``). A Column, never null."""
+    (not null) and whose after image differs from it in one (null-safe). A Column, never null.
+
+    ``keys``: the key's column names, either a list of ``str`` (a table's known key: the test is
+    unrolled into one plain comparison per key column, which Spark compiles with the rest of the
+    query) or an array column (a row's own ``primary_key``: the test runs as Spark's higher-order
+    ``exists``/``forall`` over it, which Spark evaluates row by row without code generation). Both
+    forms give the same flag for the same names; an empty list is never a move."""
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
     before, after = F.col("before"), F.col("after")
-    return ((F.col("op") == "update") & before.isNotNull()
-            & F.exists(keys, lambda k: ~before[k].eqNullSafe(after[k]))
+    update = (F.col("op") == "update") & before.isNotNull()
+    if isinstance(keys, (list, tuple)):
+        if not keys:
+            return F.lit(False)
+        differs = reduce(lambda a, b: a | b, [~before[k].eqNullSafe(after[k]) for k in keys])
+        held = reduce(lambda a, b: a & b, [before[k].isNotNull() for k in keys])
+        return update & differs & held
+    return (update & F.exists(keys, lambda k: ~before[k].eqNullSafe(after[k]))
             & F.forall(keys, lambda k: before[k].isNotNull()))
 
 
@@ -69,7 +82,7 @@ def keyed_rows_with_moves(changes: "DataFrame", pk: list[str],
     keys = [f"_k{i}" for i in range(len(pk))]
     olds = [f"_o{i}" for i in range(len(pk))]
     is_delete = F.col("op") == "delete"
-    moved = key_change(F.array(*[F.lit(k) for k in pk]))
+    moved = key_change(list(pk))
     kind = (F.when(is_delete, "delete").when(moved, "move").when(F.col("op") == "update", "update")
             .otherwise("insert"))
     meta = [F.col("source_position").alias("_cdc_position"), F.col("kafka_partition").alias("_cdc_kafka_partition"),
