@@ -159,6 +159,20 @@ def chart(results: dict, path: Path) -> Optional[Path]:
     return path
 
 
+def from_json_ratios(results: dict) -> list[str]:
+    """Each format's normalize and silver as a ratio to the run's ``from_json`` reference (its
+    ``pipeline`` wall time divided by the stage's: above 1.0 is faster than Spark's own parse of
+    the Debezium hour), one text line per format; none without the reference."""
+    ref = (results.get("from_json") or {}).get("pipeline") or {}
+    if not ref.get("wall_s"):
+        return []
+    lines = [f"against from_json {ref['wall_s']:.1f} s" + (f" ({ref['when']})" if ref.get("when") else "") + ":"]
+    for tag, f in results.get("formats", {}).items():
+        walls = {s: (f.get("stages", {}).get(s) or {}).get("wall_s") for s in ("normalize", "silver")}
+        lines.append(f"{tag:8} " + "  ".join(f"{s} {ref['wall_s'] / w:.2f}" for s, w in walls.items() if w))
+    return lines
+
+
 def table(results: dict) -> str:
     """A plain-text summary of the per-stage figures (printed at the end of a run)."""
     lines = [f"{'format':8} {'stage':16} {'wall s':>8} {'events/s':>10} {'peak RSS MiB':>13}"]
@@ -169,9 +183,14 @@ def table(results: dict) -> str:
                              f"{v.get('peak_rss_mb', 0):>13,}")
         if f.get("error"):
             lines.append(f"{tag:8} error: {f['error']}")
-    for name, v in (results.get("from_json") or {}).items():
-        if isinstance(v, dict) and "wall_s" in v:
-            lines.append(f"{'from_json':8} {name:16} {v['wall_s']:>8.1f} {v['events_per_s'] or 0:>10,} {v['peak_rss_mb']:>13,}")
+    fj = results.get("from_json") or {}
+    for m in fj.get("measurements") or [fj]:
+        for name, v in m.items():
+            if isinstance(v, dict) and "wall_s" in v:
+                when = f"  ({m['when']})" if m.get("when") else ""
+                lines.append(f"{'from_json':8} {name:16} {v['wall_s']:>8.1f} {v['events_per_s'] or 0:>10,} "
+                             f"{v['peak_rss_mb']:>13,}{when}")
+    lines += from_json_ratios(results)
     for m in results.get("merge") or []:
         lines.append(f"merge {m['rows']:>10,} rows {m['write_mode']:14} {m['wall_s']:>7.1f} s  peak RSS {m['peak_rss_mb']:,} MiB")
     mt = results.get("maintenance")
