@@ -183,7 +183,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="record the last round with the JDK's Flight Recorder and print its N hottest methods")
     p.add_argument("--floor", action="store_true",
                    help="time each round's reference too: every key's latest after image written as typed columns")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for this session, over the run's (repeatable): to compare one setting's effect")
     args = p.parse_args(argv)
+    extra = dict(c.split("=", 1) for c in args.conf)
     os.environ["TZ"] = "UTC"
     time.tzset()
     state = Path(args.state).resolve()
@@ -207,7 +210,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     events = Path(tempfile.mkdtemp(prefix="silver-profile-"))
     doc = yaml.safe_load((state / "bench.yaml").read_text())
     doc["spark"]["master"] = args.master
-    doc["spark"].setdefault("conf", {}).update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()})
+    doc["spark"].setdefault("conf", {}).update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+                                                **extra})
     path = events / "pipeline.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     cfg = load_pipeline(path)
