@@ -133,12 +133,12 @@ def test_key_change_over_known_key_names_flags_what_the_per_row_key_array_flags(
 
     images = [None, {}, {"id": "1"}, {"id": "1", "v": "x"}, {"id": "2", "v": "x"}, {"id": "1", "v": "y"},
               {"id": None, "v": "x"}, {"id": "1", "v": None}, {"v": "x"}]
+    keys = list(enumerate([("id",), ("id", "v"), ("v", "id")], start=1))  # (row_in_record, primary key)
     rows = [change("a", op, i, after=a, before=b, pk=pk, row=i)
-            for op in ("insert", "update", "delete") for a in images for b in images
-            for i, pk in enumerate([("id",), ("id", "v"), ("v", "id")], start=1)]
+            for op in ("insert", "update", "delete") for a in images for b in images for i, pk in keys]
     df = frame(spark, rows)
     checks = []
-    for i, pk in enumerate([("id",), ("id", "v"), ("v", "id")], start=1):
+    for i, pk in keys:
         known = key_change(list(pk))
         per_row = key_change(F.col("primary_key"))
         checks.append(F.sum(F.when((F.col("row_in_record") == i) & (known != per_row), 1).otherwise(0)))
