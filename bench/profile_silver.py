@@ -6,7 +6,7 @@ warehouse), and for each round drops the format's silver, tombstone and history 
 :func:`cdclake.silver.build_silver` for the measured hour, exactly as the benchmark does. It
 prints each round's wall time and, for the last round, the Spark jobs grouped by the step that
 ran them (a computed step is named by the line that called :func:`cdclake.catalog.materialize`,
-other jobs by Spark's call site), their seconds, and the share of the round with 0, 1, 2 ...
+other jobs by Spark's call site), their seconds, their tasks' CPU seconds and what they spilled to disk, and the share of the round with 0, 1, 2 ...
 tasks running (:mod:`bench.timeline`). The first round runs on a cold JVM; quote the later ones.
 
 ``--floor``: every round also times a reference beside silver, the plainest Spark query for the
@@ -56,25 +56,39 @@ def _name_jobs(catalog_module) -> None:
     catalog_module.materialize = materialize
 
 
-def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[str, int, float]]:
-    """``(step, jobs, seconds)`` of the jobs that ran in ``[start_ms, end_ms]``, longest first."""
-    started, step, by = {}, {}, defaultdict(lambda: [0, 0.0])
+def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[str, int, float, float, float]]:
+    """``(step, jobs, seconds, task CPU seconds, MB spilled to disk)`` of the jobs that ran in
+    ``[start_ms, end_ms]``, longest first. Task CPU (the executors' own accounting, summed over
+    the steps' tasks) moves less than wall time when the machine is shared."""
+    started, step, stages = {}, {}, {}
+    by = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    cpu, spill = defaultdict(float), defaultdict(float)  # stage -> task CPU s, disk MB spilled
     with open(event_log, encoding="utf-8") as f:
         for line in f:
+            if '"SparkListenerTaskEnd"' in line:
+                e = json.loads(line)
+                m = e.get("Task Metrics") or {}
+                cpu[e["Stage ID"]] += m.get("Executor CPU Time", 0) / 1e9
+                spill[e["Stage ID"]] += m.get("Disk Bytes Spilled", 0) / 1e6
+                continue
             if '"SparkListenerJob' not in line:
                 continue
             e = json.loads(line)
             if e["Event"] == "SparkListenerJobStart":
                 props = e.get("Properties") or {}
                 started[e["Job ID"]] = e["Submission Time"]
+                stages[e["Job ID"]] = e.get("Stage IDs", [])
                 step[e["Job ID"]] = (props.get("spark.job.description") or props.get("callSite.short")
                                      or e["Stage Infos"][0]["Stage Name"])
             elif e["Event"] == "SparkListenerJobEnd" and e["Job ID"] in started:
                 a, b = started.pop(e["Job ID"]), e["Completion Time"]
                 if a >= start_ms and b <= end_ms:
-                    by[step[e["Job ID"]]][0] += 1
-                    by[step[e["Job ID"]]][1] += (b - a) / 1000
-    return sorted(((s, n, t) for s, (n, t) in by.items()), key=lambda x: -x[2])
+                    at = by[step[e["Job ID"]]]
+                    at[0] += 1
+                    at[1] += (b - a) / 1000
+                    at[2] += sum(cpu[s] for s in stages[e["Job ID"]])
+                    at[3] += sum(spill[s] for s in stages[e["Job ID"]])
+    return sorted(((s, n, t, c, d) for s, (n, t, c, d) in by.items()), key=lambda x: -x[2])
 
 
 def latest_images(spark, cfg, window, results, namespace: str) -> tuple[float, int, int]:
@@ -250,10 +264,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     for tag, (a, b) in spans.items():
         steps = jobs_by_step(log, a, b)
         t = occupancy(tasks, jobs, int(a), int(b), cores)
-        print(f"\n{tag}, last round: {(b - a) / 1000:.1f} s, {sum(n for _, n, _ in steps)} Spark jobs, "
-              f"{sum(s for _, _, s in steps):.1f} s in jobs, core use {t['core_use']}, running {t['running_share']}")
-        for s, n, sec in steps:
-            print(f"  {sec:6.2f} s {n:3d} jobs  {s}")
+        print(f"\n{tag}, last round: {(b - a) / 1000:.1f} s, {sum(x[1] for x in steps)} Spark jobs, "
+              f"{sum(x[2] for x in steps):.1f} s in jobs, {sum(x[3] for x in steps):.1f} s task CPU, "
+              f"core use {t['core_use']}, running {t['running_share']}")
+        for s, n, sec, cpu, spilled in steps:
+            print(f"  {sec:6.2f} s {n:3d} jobs {cpu:6.2f} s CPU {spilled:7.1f} MB spilled  {s}")
         if args.jfr:
             print("\n".join(jfr_hot_methods(events / f"{tag}.jfr", args.jfr)))
     return 0
