@@ -63,6 +63,7 @@ def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None,
 
     if by_column and columns is not None and len(columns) <= MAX_COLUMN_AGGREGATES:
         return materialize(collapse_by_column(rows, nkeys, columns))
+    rows = deletes_before(rows)
     keys = [f"_k{i}" for i in range(nkeys)]
     o3 = in_struct("_ord").column()
     per_key = materialize(rows.groupBy(*keys).agg(
@@ -95,7 +96,8 @@ def collapse_by_column(rows: "DataFrame", nkeys: int, columns: Optional[list[str
     delete, else ``upsert``), ``_reset`` (order of the reset, :data:`cdclake.lake.ORDER_TYPE`, or
     null), ``_img`` (map<string,string>: per column, the value of the latest change since the
     reset that carries it), ``_ords`` (map<string, order>: the order of that change per column),
-    ``_last_order`` (order of the latest change), ``_before`` (the latest delete's before image),
+    ``_last_order`` (order of the latest change), ``_before`` (the before image of the latest
+    change when it is a delete, else null: :func:`deletes_before`),
     ``_tomb`` (the latest change is a recorded tombstone: nothing new), and the
     :data:`cdclake.lake.LAST_CHANGE_COLUMNS` of the latest change.
 
@@ -111,6 +113,7 @@ def collapse_by_column(rows: "DataFrame", nkeys: int, columns: Optional[list[str
 
     if columns is None or len(columns) > MAX_COLUMN_AGGREGATES:
         return collapse_exploded(rows, nkeys)
+    rows = deletes_before(rows)
     keys = [f"_k{i}" for i in range(nkeys)]
     is_reset = F.col("_kind") != "update"
     o3 = in_struct("_ord").column()
@@ -131,6 +134,17 @@ def collapse_by_column(rows: "DataFrame", nkeys: int, columns: Optional[list[str
     img = F.map_from_entries(F.transform(kept, lambda e: F.struct(e["c"], e["v"])))
     ords = F.map_from_entries(F.transform(kept, lambda e: F.struct(e["c"], e["o"])))
     return _collapsed(per_key, keys, img, ords)
+
+
+def deletes_before(rows: "DataFrame") -> "DataFrame":
+    """Keyed ``rows`` with ``_before`` kept for deletes only (null otherwise).
+
+    The collapse outputs the before image of a key's latest change only when that change is a
+    delete (:func:`merge_sql` reads it only then); an update's before image is as wide as its
+    after image, and left in it would double the bytes the aggregation by key sorts."""
+    from pyspark.sql import functions as F
+
+    return rows.withColumn("_before", F.when(F.col("_kind") == "delete", F.col("_before")))
 
 
 def _collapsed(per_key: "DataFrame", keys: list[str], img, ords) -> "DataFrame":
@@ -157,6 +171,7 @@ def collapse_exploded(rows: "DataFrame", nkeys: int) -> "DataFrame":
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
+    rows = deletes_before(rows)
     keys = [f"_k{i}" for i in range(nkeys)]
     w = W.partitionBy(*keys)
     rows = rows.withColumn("_rst", F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).over(w))
