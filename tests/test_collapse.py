@@ -167,3 +167,28 @@ def test_a_table_wider_than_the_column_aggregates_collapses_exploded(spark, monk
     batch = spark.createDataFrame(random_batch(8), KEYED_SCHEMA)
     assert "Generate" in collapse_by_column(batch, 2, ALL)._jdf.queryExecution().analyzed().toString()
     assert _rows(collapse(batch, 2, ALL)) == _rows(collapse_exploded(batch, 2))
+
+
+def test_only_a_latest_delete_keeps_its_before_image(spark):
+    """The collapse outputs a before image only for a key whose latest change is a delete (the
+    delete's own); an update's before image never reaches the aggregation, in every form."""
+    rows = random_batch(15)
+    batch = spark.createDataFrame(rows, KEYED_SCHEMA)
+    latest: dict = {}
+    for r in rows:
+        o = r["_ord"]
+        k = (r["_k0"], r["_k1"])
+        at = (tuple((0,) if x is None else (1, x) for x in (o["p"] or [])) if o["p"] is not None else None,
+              o["kp"], o["ko"], o["row"])
+        if o["p"] is None:
+            continue
+        if k not in latest or at > latest[k][0]:
+            latest[k] = (at, r)
+    for out in (collapse(batch, 2, ALL), collapse_by_column(batch, 2, ALL), collapse_exploded(batch, 2)):
+        got = {(r["_k0"], r["_k1"]): r for r in out.collect()}
+        assert any(r["_op"] == "delete" and r["_before"] for r in got.values())
+        for k, r in got.items():
+            if r["_op"] != "delete":
+                assert r["_before"] is None, k
+            elif k in latest and latest[k][1]["_kind"] == "delete":
+                assert r["_before"] == latest[k][1]["_before"], k
