@@ -170,18 +170,16 @@ def test_a_table_wider_than_the_column_aggregates_collapses_exploded(spark, monk
 
 
 def test_only_a_latest_delete_keeps_its_before_image(spark):
-    """The collapse outputs a before image only for a key whose latest change is a delete (the
-    delete's own); an update's before image never reaches the aggregation, in every form."""
+    """Every form of the collapse outputs a before image only for a key whose latest change is a
+    delete, and then that delete's own; a key whose latest change is an update has none."""
     rows = random_batch(15)
     batch = spark.createDataFrame(rows, KEYED_SCHEMA)
-    latest: dict = {}
+    latest: dict = {}  # key -> (order as Spark sorts it, change); a null position sorts first: left out
     for r in rows:
-        o = r["_ord"]
-        k = (r["_k0"], r["_k1"])
-        at = (tuple((0,) if x is None else (1, x) for x in (o["p"] or [])) if o["p"] is not None else None,
-              o["kp"], o["ko"], o["row"])
+        o, k = r["_ord"], (r["_k0"], r["_k1"])
         if o["p"] is None:
             continue
+        at = (tuple((0,) if x is None else (1, x) for x in o["p"]), o["kp"], o["ko"], o["row"])
         if k not in latest or at > latest[k][0]:
             latest[k] = (at, r)
     for out in (collapse(batch, 2, ALL), collapse_by_column(batch, 2, ALL), collapse_exploded(batch, 2)):
