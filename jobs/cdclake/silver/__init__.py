@@ -151,17 +151,16 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     replay = landed is not None and had_key_changes
     pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result, schema, reread=replay,
                                            moves=summary.moves if truncated_at is None else None)
-    alike = summary.alike  # the summary's images are the keyed rows' until rows are added or completed
     if replay:
         extra = replay_rows(spark, cfg, name, keyed, rows, after_truncate(landed, truncated_at), pk, types)
         if extra is not None:
-            rows, alike = materialize(rows.unionByName(extra)), False
+            rows = materialize(rows.unionByName(extra))
             pk, types, keyed, moved = _keyed_batch(spark, cfg, st, name, rows, result)
     if moved:
         if not had_key_changes:
             mark_key_changes(spark, name)
-        keyed, alike = materialize(carry_over(spark, name, keyed, pk, types)), False
-    src = merge_source(keyed, len(pk), truncated_at, list(types), by_column=summary.partial, alike=alike)
+        keyed = materialize(carry_over(spark, name, keyed, pk, types))
+    src = merge_source(keyed, len(pk), truncated_at, list(types), by_column=summary.partial)
     counts = merge_into(spark, cfg, name, src, pk, types, into_empty=new_table)
     result.upserts, result.deletes = counts["upsert"], counts["delete"]
     if cfg.silver.delete_mode == "hard" and result.deletes:

@@ -37,7 +37,7 @@ MAX_COLUMN_AGGREGATES = 256
 
 
 def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None,
-             by_column: bool = False, alike: bool = False) -> "DataFrame":
+             by_column: bool = False) -> "DataFrame":
     """One row per key: the net effect for that key of the batch's changes, keyed
     (:func:`cdclake.silver.keys.keyed_rows`); output as :func:`collapse_by_column`'s.
 
@@ -56,10 +56,6 @@ def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None,
     over the rows), the faster form when most keys' latest change carries a partial image
     (:attr:`cdclake.silver.tables.BatchSummary.partial`). The result is the same either way.
 
-    ``alike``: every image of ``rows`` names the same columns in the same order (the batch
-    summary proves it: :attr:`cdclake.silver.tables.BatchSummary.alike`), so no key needs its
-    images' column lists compared: the aggregation leaves out their least and greatest.
-
     Computed once (:func:`cdclake.catalog.materialize`): the returned frame is a filter and a
     projection of computed rows, cheap to read more than once.
     """
@@ -69,22 +65,20 @@ def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None,
         return materialize(collapse_by_column(rows, nkeys, columns))
     rows = deletes_before(rows)
     keys = [f"_k{i}" for i in range(nkeys)]
-    # the latest change's order is the greatest order (_lord): carried in _last, not a second max
-    lists = [] if alike else [F.min(F.map_keys("_img")).alias("_cmin"), F.max(F.map_keys("_img")).alias("_cmax")]
+    o3 = in_struct("_ord").column()
     per_key = materialize(rows.groupBy(*keys).agg(
-        F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS, "_img", "_ord"),
+        F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS, "_img", o3.alias("_o3")),
                  F.col("_ord")).alias("_last"),
-        F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).alias("_rst"), *lists))
-    same_lists = F.lit(True) if alike else F.col("_cmin") == F.col("_cmax")
-    latest_only = (F.col("_last._kind") != "update") | (F.col("_last._img").isNotNull() & same_lists)
+        F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).alias("_rst"), F.max("_ord").alias("_lord"),
+        F.min(F.map_keys("_img")).alias("_cmin"), F.max(F.map_keys("_img")).alias("_cmax")))
+    latest_only = (F.col("_last._kind") != "update") | (F.col("_last._img").isNotNull()
+                                                        & (F.col("_cmin") == F.col("_cmax")))
     img = F.col("_last._img")
     if columns is not None:
         wanted = F.array(*[F.lit(c) for c in columns]) if columns else F.array().cast("array<string>")
         img = F.map_filter(img, lambda k, v: F.array_contains(wanted, k))
-    whole = per_key.where(latest_only).select(*keys, "_last", "_rst", F.col("_last._ord").alias("_lord"),
-                                              img.alias("_img"))
-    o3 = in_struct("_last._ord").column()
-    out = _collapsed(whole, keys, F.col("_img"), F.transform_values("_img", lambda k, v: o3))
+    whole = per_key.where(latest_only).withColumn("_img", img)
+    out = _collapsed(whole, keys, F.col("_img"), F.transform_values("_img", lambda k, v: F.col("_last._o3")))
     partial = per_key.where(~latest_only).select(*keys)
     if not partial.take(1):
         return out
@@ -286,15 +280,15 @@ def merge_sql(cfg: PipelineConfig, name: str, view: str, pk: list[str], types: d
 
 
 def merge_source(keyed: "DataFrame", nkeys: int, truncated_at: Optional[tuple],
-                 columns: Optional[list[str]] = None, by_column: bool = False, alike: bool = False) -> "DataFrame":
-    """What to merge: the collapsed batch (:func:`collapse`, of ``columns``, ``by_column``, ``alike``)
+                 columns: Optional[list[str]] = None, by_column: bool = False) -> "DataFrame":
+    """What to merge: the collapsed batch (:func:`collapse`, of ``columns``, ``by_column``)
     without the keys whose latest change is a recorded tombstone, the latest truncate
     ``truncated_at`` (``(position, partition, offset)``, or None) a reset of every key. The
     collapse is computed once (:func:`collapse`); what this adds is a filter and a projection of
     its rows."""
     from pyspark.sql import functions as F
 
-    src = collapse(keyed, nkeys, columns, by_column, alike).where(~F.col("_tomb"))
+    src = collapse(keyed, nkeys, columns, by_column).where(~F.col("_tomb"))
     if truncated_at is not None:  # a truncate is a reset of every key
         src = src.withColumn("_reset", F.greatest(F.col("_reset"), literal(truncated_at).column()))
     return src

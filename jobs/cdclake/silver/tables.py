@@ -94,8 +94,7 @@ class BatchSummary:
     when every change that is not a truncate has that key, else None; ``partial``: most changes
     with an after image carry fewer columns than the batch's after images of the table carry
     together (partial images: SharePlex updates, Qlik ``columnMask``), as :func:`partial_images`
-    tells from the images' column lists; ``alike``: every change with an after image names the
-    same columns in the same order (:func:`alike_images`), so each key's images do too.
+    tells from the images' column lists.
     """
 
     changes: int = 0
@@ -107,7 +106,6 @@ class BatchSummary:
     topics: list[str] = field(default_factory=list)
     moves: Optional[bool] = None
     partial: bool = False
-    alike: bool = False
 
     def schema(self, table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
         """Primary key and column types (widened over the batch), in source order; see :func:`batch_schema`."""
@@ -222,7 +220,6 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
         summary.topics = sorted(topics[ids])
         summary.moves = known_moves(summary.primary_key, moves.get(ids, []))
         summary.partial = partial_images(images.get(ids, []))
-        summary.alike = alike_images(images.get(ids, []))
     for (ids, c, t), _ in sorted(typed.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][2] or "")):
         out[ids].typed.append((c, t))
     for (ids, c), _ in sorted(placed.items(), key=lambda kv: kv[1]):
@@ -248,13 +245,6 @@ def partial_images(shapes: list[tuple]) -> bool:
     return 2 * lacking > sum(n for _, n in lists)
 
 
-def alike_images(shapes: list[tuple]) -> bool:
-    """:attr:`BatchSummary.alike` of a table from its data changes' shapes, ``(after image's
-    column names or None, changes)`` each: whether the images' column lists are one list (in
-    the same order), or there is no image."""
-    return len({tuple(names) for names, _ in shapes if names is not None}) <= 1
-
-
 def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, str]] = None) -> dict[SourceTable, BatchSummary]:
     """:func:`summarize_batch` computed by Spark queries over the materialized shapes (three
     small queries, about ten Spark jobs): the reference the tests compare it with."""
@@ -277,8 +267,7 @@ def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, 
             changes=int(r["changes"]), rows=int(r["rows"] or 0),
             truncate=None if r["truncate"] is None else tuple(r["truncate"])[:3],
             primary_key=pk, topics=list(r["topics"]), moves=known_moves(pk, [tuple(m) for m in r["moves"]]),
-            partial=partial_images([(i["after"], int(i["n"])) for i in r["images"]]),
-            alike=alike_images([(i["after"], int(i["n"])) for i in r["images"]]))
+            partial=partial_images([(i["after"], int(i["n"])) for i in r["images"]]))
     shaped = shapes.where(~F.col("_trunc"))
     # types in the order of the latest change carrying each (column, type) pair
     for r in (shaped.select(*ids, F.explode("types").alias("ct"), "last")
