@@ -7,7 +7,8 @@ warehouse), and for each round drops the format's silver, tombstone and history 
 prints each round's wall time and, for the last round, the Spark jobs grouped by the step that
 ran them (a computed step is named by the line that called :func:`cdclake.catalog.materialize`,
 other jobs by Spark's call site), their seconds, their tasks' CPU seconds and what they spilled
-to disk, and the share of the round with 0, 1, 2 ... tasks running (:mod:`bench.timeline`). The first round runs on a cold JVM; quote the later ones.
+to disk, and the share of the round with 0, 1, 2 ... tasks running (:mod:`bench.timeline`). The
+first round runs on a cold JVM; quote the later ones.
 
 ``--floor``: every round also times a reference beside silver, the plainest Spark query for the
 same hour (:func:`latest_images`): for each table silver made, its bronze rows of the hour
