@@ -135,10 +135,12 @@ _IDS = ["_prefix", "source_database", "source_schema", "source_table"]
 def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFrame":
     """The batch reduced to its distinct shapes per source table: ``_prefix``, ``source_database``,
     ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
-    entries), ``after`` and ``before`` (the images' column names), with ``n`` (changes), ``last``
-    and ``first`` (the latest and first order), ``primary_key`` (of the latest), ``topics``,
-    ``pk_min`` and ``pk_max`` (the least and greatest primary key) and ``moves`` (whether a change
-    is a key change under its own primary key; null when none has a key)."""
+    entries), ``after`` and ``before`` (the images' column names) and ``primary_key``, with ``n``
+    (changes), ``last`` and ``first`` (the latest and first order), ``topics``, ``pk_min`` and
+    ``pk_max`` (the least and greatest primary key: the shape's own, kept for the readers) and
+    ``moves`` (whether a change is a key change under its own primary key; null when none has a
+    key). The primary key is a grouping key rather than three aggregates over every row (the key
+    of the latest, the least and the greatest), which cost more than the few groups it adds."""
     from pyspark.sql import functions as F
 
     order = BRONZE.column(row=True)
@@ -149,11 +151,10 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
                            "primary_key", order.alias("_ord"),
                            F.when(F.col("primary_key").isNotNull(), key_change(F.col("primary_key"))).alias("_moved"))
             .groupBy(*_IDS, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
-                     F.map_keys("before").alias("before"))
+                     F.map_keys("before").alias("before"), "primary_key")
             .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
-                 F.max_by("primary_key", "_ord").alias("primary_key"), F.collect_set("kafka_topic").alias("topics"),
-                 F.min("primary_key").alias("pk_min"), F.max("primary_key").alias("pk_max"),
-                 F.max("_moved").alias("moves")))
+                 F.collect_set("kafka_topic").alias("topics"), F.max("_moved").alias("moves"))
+            .withColumn("pk_min", F.col("primary_key")).withColumn("pk_max", F.col("primary_key")))
 
 
 def order_key(value) -> tuple:
@@ -173,8 +174,8 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
     ``prefixes``: Kafka topic → silver table prefix (``sources[].table_prefix``; a topic not in it
     has none), which with the database, schema and table names a :class:`cdclake.lake.SourceTable`.
     The changes mostly repeat a few images' column lists and type maps: one aggregation reduces
-    the batch to its distinct ones per source table (with the latest and first order of each, and
-    the key of the latest), one Spark query whose few rows the driver reads; counts, truncates,
+    the batch to its distinct ones per source table and primary key (with the latest and first
+    order of each), one Spark query whose few rows the driver reads; counts, truncates,
     keys, types and column order of every table come from those rows, ordered as Spark orders the
     orders (:func:`order_key`). :func:`summarize_batch_in_spark` computes the same in Spark (the
     reference the tests compare with).
