@@ -136,11 +136,10 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
     """The batch reduced to its distinct shapes per source table: ``_prefix``, ``source_database``,
     ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
     entries), ``after`` and ``before`` (the images' column names) and ``primary_key``, with ``n``
-    (changes), ``last`` and ``first`` (the latest and first order), ``topics``, ``pk_min`` and
-    ``pk_max`` (the least and greatest primary key: the shape's own, kept for the readers) and
-    ``moves`` (whether a change is a key change under its own primary key; null when none has a
-    key). The primary key is a grouping key rather than three aggregates over every row (the key
-    of the latest, the least and the greatest), which cost more than the few groups it adds."""
+    (changes), ``last`` and ``first`` (the latest and first order), ``topics`` and ``moves``
+    (whether a change is a key change under its own primary key; null when none has a key). The
+    primary key is a grouping key rather than three aggregates over every row (the key of the
+    latest, the least and the greatest), which cost more than the few groups it adds."""
     from pyspark.sql import functions as F
 
     order = BRONZE.column(row=True)
@@ -153,8 +152,7 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
             .groupBy(*_IDS, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
                      F.map_keys("before").alias("before"), "primary_key")
             .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
-                 F.collect_set("kafka_topic").alias("topics"), F.max("_moved").alias("moves"))
-            .withColumn("pk_min", F.col("primary_key")).withColumn("pk_max", F.col("primary_key")))
+                 F.collect_set("kafka_topic").alias("topics"), F.max("_moved").alias("moves")))
 
 
 def order_key(value) -> tuple:
@@ -186,7 +184,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
     topics: dict[tuple, set] = {}
     typed: dict[tuple, tuple] = {}  # (table, column, type) -> key of the latest order carrying it
     placed: dict[tuple, tuple] = {}  # (table, column) -> key of the first (order, image, place) carrying it
-    moves: dict[tuple, list] = {}  # table -> [(least key, greatest key, key change)] of its data changes' shapes
+    moves: dict[tuple, list] = {}  # table -> [(primary key, key change)] of its data changes' shapes
     images: dict[tuple, list] = {}  # table -> [(after image's column list, changes)] of its data changes' shapes
     for r in _shapes(changes, prefixes).collect():
         ids = tuple(r[c] for c in _IDS)
@@ -201,7 +199,7 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
         if trunc is not False:
             continue
         summary.rows += int(r["n"])
-        moves.setdefault(ids, []).append((r["pk_min"], r["pk_max"], r["moves"]))
+        moves.setdefault(ids, []).append((r["primary_key"], r["moves"]))
         images.setdefault(ids, []).append((r["after"], int(r["n"])))
         last, first = order_key(r["last"]), order_key(r["first"])
         if ids not in latest or last > latest[ids][0]:
@@ -229,11 +227,11 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
 
 
 def known_moves(pk: list[str], shapes: list[tuple]) -> Optional[bool]:
-    """:attr:`BatchSummary.moves` of a table from its data changes' shapes, ``(least key, greatest
-    key, key change)`` each: whether one is a key change, when every shape's keys are ``pk``."""
-    if not pk or any(lo is None or list(lo) != pk or list(hi) != pk or moved is None for lo, hi, moved in shapes):
+    """:attr:`BatchSummary.moves` of a table from its data changes' shapes, ``(primary key, key
+    change)`` each: whether one is a key change, when every shape's key is ``pk``."""
+    if not pk or any(key is None or list(key) != pk or moved is None for key, moved in shapes):
         return None
-    return any(moved for _, _, moved in shapes)
+    return any(moved for _, moved in shapes)
 
 
 def partial_images(shapes: list[tuple]) -> bool:
@@ -259,7 +257,7 @@ def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, 
         F.sum("n").alias("changes"), F.sum(F.when(~F.col("_trunc"), F.col("n"))).alias("rows"),
         F.max(F.when(F.col("_trunc"), F.col("last"))).alias("truncate"), F.max_by("primary_key", data).alias("pk"),
         F.array_sort(F.array_distinct(F.flatten(F.collect_list("topics")))).alias("topics"),
-        F.collect_list(F.when(on_data, F.struct("pk_min", "pk_max", "moves"))).alias("moves"),
+        F.collect_list(F.when(on_data, F.struct("primary_key", "moves"))).alias("moves"),
         F.collect_list(F.when(on_data, F.struct("after", "n"))).alias("images")).collect()
     out: dict[tuple, BatchSummary] = {}
     for r in tables:
