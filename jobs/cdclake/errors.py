@@ -58,6 +58,50 @@ class WriterLockLost(WriterLockError):
     """A run's lock was taken over while it ran (it had not renewed it for ``stale_s`` seconds)."""
 
 
+class RunError(RuntimeError):
+    """An error that is not a property of one record's bytes: a service that cannot be reached, a
+    timeout, an error of the runtime (memory, a missing module). It fails the stage with one line
+    naming it; no record is quarantined for it, and a rerun after it applies the window."""
+
+
+class ServiceUnavailable(RunError):
+    """A service a stage needs (a schema registry ...) could not be asked: connection refused, a
+    timeout, HTTP 5xx."""
+
+
+class SchemaRegistryUnavailable(ServiceUnavailable):
+    """The schema registry of a ``debezium-avro`` or ``debezium-jsonschema`` source could not be
+    asked (its ``sources[].options.schema_registry.url``)."""
+
+
+#: Built-in exceptions that are never a property of a record's bytes (:func:`is_run_error`).
+RUNTIME_ERRORS: tuple[type, ...] = (RunError, OSError, MemoryError, ImportError, SystemError)
+
+
+def is_run_error(exc: BaseException) -> bool:
+    """Whether ``exc`` fails the run instead of quarantining the record being read: a
+    :class:`RunError`, or an ``OSError`` (connections, timeouts, files), ``MemoryError``,
+    ``ImportError`` or ``SystemError`` that is not also a ``ValueError`` (such as
+    ``io.UnsupportedOperation``, which bad input can raise)."""
+    return isinstance(exc, RUNTIME_ERRORS) and not isinstance(exc, ValueError)
+
+
+def _error_names() -> frozenset[str]:
+    """The class names a task's traceback line starts with for :func:`is_run_error` errors
+    (``cdclake.errors.SchemaRegistryUnavailable``, ``ConnectionRefusedError`` ...)."""
+    import builtins
+
+    names = set()
+    todo = list(RUNTIME_ERRORS)
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if issubclass(cls, ValueError):
+            continue
+        names.add(cls.__name__ if getattr(builtins, cls.__name__, None) is cls else f"{cls.__module__}.{cls.__name__}")
+    return frozenset(names)
+
+
 class GateFailed(RuntimeError):
     """A gate's expectations failed; the message lists each failed expectation and frame."""
 
@@ -83,6 +127,7 @@ EXIT_CODES: dict[type, int] = {
     LandingShrinks: STAGE_FAILED,
     WriterLockError: STAGE_FAILED,
     CatalogLocked: STAGE_FAILED,
+    RunError: STAGE_FAILED,
 }
 
 
@@ -130,3 +175,20 @@ def task_error(exc: BaseException, cls: type) -> Optional[str]:
     exception was not a ``cls`` or ``exc`` holds no Python traceback."""
     cause, raised = task_failure(exc), f"{cls.__module__}.{cls.__name__}: "
     return cause.removeprefix(raised) if cause and cause.startswith(raised) else None
+
+
+def task_run_error(exc: BaseException) -> Optional[RunError]:
+    """The :class:`RunError` for an :func:`is_run_error` error that a failed Spark task raised
+    inside ``exc`` (:func:`task_failure`), or None when the task failed otherwise: a ``RunError``
+    of this module keeps its class and message; another (``ConnectionRefusedError: ...``) becomes a
+    ``RunError`` whose message is its exception line."""
+    line = task_failure(exc)
+    if not line or ":" not in line:
+        return None
+    name, message = (part.strip() for part in line.split(":", 1))
+    if name not in _error_names():
+        return None
+    cls = globals().get(name.removeprefix(f"{__name__}."))
+    if name.startswith(f"{__name__}.") and isinstance(cls, type) and issubclass(cls, RunError):
+        return cls(message)
+    return RunError(line)

@@ -64,6 +64,7 @@ from cdclake.formats.connect import DECIMAL
 from cdclake.formats.debezium import FORMAT as JSON_FORMAT, DebeziumJsonParser, fast_changes
 from cdclake.formats.fields import json_object, key_detail
 from cdclake.formats.text import float32_text
+from cdclake.errors import SchemaRegistryUnavailable
 from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult
 
 FORMAT = "debezium-avro"
@@ -78,10 +79,6 @@ _LOGICAL = {"date": "org.apache.kafka.connect.data.Date", "time-millis": "org.ap
             "timestamp-millis": "org.apache.kafka.connect.data.Timestamp",
             "time-micros": "io.debezium.time.MicroTime", "timestamp-micros": "io.debezium.time.MicroTimestamp"}
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
-
-
-class SchemaRegistryUnavailable(RuntimeError):
-    """The schema registry could not be asked (connection refused, timeout, HTTP 5xx)."""
 
 
 class UnknownSchema(Exception):
@@ -319,7 +316,7 @@ def registry_client(conf: Mapping[str, Any]) -> Any:
 def _registry_options(options: Mapping[str, Any]) -> dict:
     reg = options.get("schema_registry")
     if not isinstance(reg, Mapping) or not isinstance(reg.get("url"), str) or not reg.get("url"):
-        raise ValueError("option schema_registry must be a mapping with a url (the schema registry's address)")
+        raise ValueError("sources[].options.schema_registry must be a mapping with a url (the schema registry's address)")
     conf = {"url": reg["url"]}
     if reg.get("basic_auth_user_info"):
         conf["basic.auth.user.info"] = str(reg["basic_auth_user_info"])
@@ -369,11 +366,18 @@ class DebeziumAvroParser(DebeziumJsonParser):
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 raise UnknownSchema(str(exc)) from None
-            raise SchemaRegistryUnavailable(f"schema registry {self._registry_conf['url']}: {exc}") from None
+            raise SchemaRegistryUnavailable(self._unavailable(str(exc))) from None
         except Exception as exc:  # noqa: BLE001  (httpx: connection refused, timeouts ...)
-            raise SchemaRegistryUnavailable(f"schema registry {self._registry_conf['url']}: "
-                                            f"{type(exc).__name__}: {exc}") from None
+            raise SchemaRegistryUnavailable(self._unavailable(f"{type(exc).__name__}: {exc}")) from None
         return (schema.schema_type or "AVRO"), schema.schema_str
+
+    def _unavailable(self, cause: str) -> str:
+        """The one-line message of :class:`SchemaRegistryUnavailable`: the registry, the cause and
+        the setting that names it."""
+        cause = " ".join(cause.split())
+        return (f"{self.format_name}: schema registry {self._registry_conf['url']} cannot be asked ({cause}); "
+                "nothing was quarantined, a rerun applies the window once it answers "
+                "(sources[].options.schema_registry.url)")
 
     def decoder(self, schema_id: int, field: str = "value") -> AvroDecoder:
         """The decoder of ``schema_id``, kept per parser. Raises :class:`ParseError` naming

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Optional
 
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
+from cdclake.errors import task_run_error
 from cdclake.faults import kill_point
 from cdclake.formats import get_parser
 from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SPLIT_BYTES, RAW_TABLE, bronze_frame,
@@ -70,7 +71,6 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     ``paths``, put there: ``{topic: {"fast_path": records, "per_record": records}}``.
     """
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     topics = list(window.topics or cfg.topics())
     ensure_bronze_tables(spark, cfg)
@@ -90,37 +90,51 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     tagged = raw.mapInArrow(lambda batches: parse_batches(parsers, arrow_schema, batches, max_bytes, max_depth),
                             TAGGED_SCHEMA)
     tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
-    kind = F.col("_kind")
-    stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
     try:
-        for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
-            part = tagged.where(kind == k).select(*[n for n, _ in OUTPUT_COLUMNS[k]])
-            frame = bronze_frame(part).sortWithinPartitions(*BRONZE_WRITE_ORDER) if k == "change" else part
-            overwrite_hours(frame, cfg, name, window, topics)
-            if k == "change":
-                kill_point("normalize.bronze_written")
-        # counted on the parsed frame the writes took their rows from (the gate counts the tables)
-        fast = {}
-        for r in tagged.groupBy("kafka_topic").agg(
-                F.count(F.when(F.col("_first"), 1)).alias("raw"),
-                F.count(F.when(F.col("_first") & F.col("_fast"), 1)).alias("fast"),
-                *[F.count(F.when(kind == k, 1)).alias(n)
-                  for k, n in (("change", "changes"), ("quarantine", "quarantined"), ("control", "control"))]).collect():
-            stats[r["kafka_topic"]] = {n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")}
-            fast[r["kafka_topic"]] = int(r["fast"])
-            if paths is not None:
-                paths[r["kafka_topic"]] = {"fast_path": int(r["fast"]), "per_record": int(r["raw"]) - int(r["fast"])}
-        for t, s in stats.items():
-            log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
-                     t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
-            if parsers[t].FAST_PATH and s["raw"]:
-                log.info("normalized topic %s for %s: %d of %d raw records (%.2f%%) read by the per-record parser, "
-                         "the rest by the columnar fast path", t, window, s["raw"] - fast.get(t, 0), s["raw"],
-                         100.0 * (s["raw"] - fast.get(t, 0)) / s["raw"])
-            if s["quarantined"]:
-                for q in (tagged.where((kind == "quarantine") & (F.col("kafka_topic") == t))
-                          .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
-                    log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
+        return _write(spark, window, topics, parsers, tagged, cfg, paths)
+    except Exception as exc:
+        stopped = task_run_error(exc)  # a service, a timeout, the runtime: the run fails, nothing quarantined
+        if stopped is None:
+            raise
+        raise stopped from None
     finally:
         tagged.unpersist()
+
+
+def _write(spark: "SparkSession", window: Window, topics: list[str], parsers: dict, tagged, cfg: PipelineConfig,
+           paths: Optional[dict]) -> dict[str, dict[str, int]]:
+    """Write the parsed frame ``tagged`` (:data:`cdclake.normalize.rows.TAGGED_SCHEMA`) into the
+    window's bronze, quarantine and control partitions; log and return the counts per topic."""
+    from pyspark.sql import functions as F
+
+    kind = F.col("_kind")
+    stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
+    for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
+        part = tagged.where(kind == k).select(*[n for n, _ in OUTPUT_COLUMNS[k]])
+        frame = bronze_frame(part).sortWithinPartitions(*BRONZE_WRITE_ORDER) if k == "change" else part
+        overwrite_hours(frame, cfg, name, window, topics)
+        if k == "change":
+            kill_point("normalize.bronze_written")
+    # counted on the parsed frame the writes took their rows from (the gate counts the tables)
+    fast = {}
+    for r in tagged.groupBy("kafka_topic").agg(
+            F.count(F.when(F.col("_first"), 1)).alias("raw"),
+            F.count(F.when(F.col("_first") & F.col("_fast"), 1)).alias("fast"),
+            *[F.count(F.when(kind == k, 1)).alias(n)
+              for k, n in (("change", "changes"), ("quarantine", "quarantined"), ("control", "control"))]).collect():
+        stats[r["kafka_topic"]] = {n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")}
+        fast[r["kafka_topic"]] = int(r["fast"])
+        if paths is not None:
+            paths[r["kafka_topic"]] = {"fast_path": int(r["fast"]), "per_record": int(r["raw"]) - int(r["fast"])}
+    for t, s in stats.items():
+        log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
+                 t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
+        if parsers[t].FAST_PATH and s["raw"]:
+            log.info("normalized topic %s for %s: %d of %d raw records (%.2f%%) read by the per-record parser, "
+                     "the rest by the columnar fast path", t, window, s["raw"] - fast.get(t, 0), s["raw"],
+                     100.0 * (s["raw"] - fast.get(t, 0)) / s["raw"])
+        if s["quarantined"]:
+            for q in (tagged.where((kind == "quarantine") & (F.col("kafka_topic") == t))
+                      .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
+                log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
     return stats

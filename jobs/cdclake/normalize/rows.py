@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Optional
 from cdclake.lake import (CHANGE_PYTHON_TYPES, CONTROL_SCHEMA, QUARANTINE_SCHEMA, STAGED_COLUMNS, STAGED_TO_BRONZE,
                           arrow_schema, bronze_row, ddl, ddl_columns, staged_row)
 from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, NOT_OPENING, check_limits, is_json_format
+from cdclake.errors import RunError, is_run_error
 from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError
 
 
@@ -38,6 +39,17 @@ def quarantine_reason(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def run_error(exc: BaseException, fmt: str, where: str) -> RunError:
+    """The :class:`cdclake.errors.RunError` that stops normalize for ``exc`` (an
+    :func:`cdclake.errors.is_run_error` error met while reading ``where``, e.g. ``topic[0]@12``):
+    one line naming the format, where, and the cause; a ``RunError`` keeps its class."""
+    text = " ".join(_exception_text(exc).split())
+    if isinstance(exc, RunError):
+        return type(exc)(f"reading {where}: {text}")
+    return RunError(f"{fmt}: reading {where}: {type(exc).__name__}: {text}; nothing was quarantined, "
+                    "a rerun applies the window")
 
 
 def _exception_text(exc: BaseException) -> str:
@@ -98,7 +110,10 @@ def classify_records(parser, records: Iterable[tuple[tuple, KafkaRecord]], max_v
     any exception while the record is parsed, its changes checked (:func:`check_change`) or its
     bronze rows built, becomes a quarantine row whose reason starts with the format's name and
     names the field (``value`` for an unexpected exception of the parser; the first field of a
-    wrong type for one after it).
+    wrong type for one after it). An error that is not a property of the record's bytes
+    (:func:`cdclake.errors.is_run_error`: a schema registry that cannot be reached, a timeout,
+    ``MemoryError`` ...) raises :class:`cdclake.errors.RunError` (:func:`run_error`) instead: the
+    run stops, and nothing is quarantined for it.
     """
     import datetime as dt
 
@@ -123,7 +138,10 @@ def classify_records(parser, records: Iterable[tuple[tuple, KafkaRecord]], max_v
             yield "quarantine", kcols + (fmt, quarantine_reason(str(exc)), rec.key, rec.value,
                                          dt.datetime.now(dt.timezone.utc))
             continue
-        except Exception as exc:  # a parser bug must not crash the run: quarantine with the cause
+        except Exception as exc:
+            if is_run_error(exc):  # a service, a timeout, the runtime: not this record's fault
+                raise run_error(exc, fmt, f"{rec.topic}[{rec.partition}]@{rec.offset}") from None
+            # a parser bug must not crash the run: quarantine with the cause
             where = "value" if result is _UNPARSED else _change_field(result)
             reason = f"{fmt}: field '{where}': unexpected {type(exc).__name__}: {_exception_text(exc)}"
             yield "quarantine", kcols + (fmt, quarantine_reason(reason), rec.key, rec.value,
@@ -316,7 +334,9 @@ def parse_batches(parsers: dict, schema, batches, max_value_bytes: int = MAX_VAL
                     found[kind].append(row)
             try:
                 out = tagged_batch(found, schema, fast)
-            except Exception:  # noqa: BLE001  (one record's value fails its whole column)
+            except Exception as exc:  # noqa: BLE001  (one record's value fails its whole column)
+                if is_run_error(exc):
+                    raise
                 for row, _ in fast:  # the per-record rows of the fast path's records: the same rows
                     found["change"].append(row)
                 out = tagged_batch(writable_rows(found, schema, parsers, by_topic), schema)
@@ -346,7 +366,10 @@ def fast_rows(parser, items: list[tuple[tuple, KafkaRecord]], fast: list[tuple],
         return rest
     try:
         results = parser.fast_parse([rec for _, rec in offered])
-    except Exception:  # noqa: BLE001  (a fast path's bug: the per-record parser reads the batch)
+    except Exception as exc:  # noqa: BLE001  (a fast path's bug: the per-record parser reads the batch)
+        if is_run_error(exc):  # a service, a timeout, the runtime: the run stops (classify_records)
+            first = offered[0][1]
+            raise run_error(exc, parser.format_name, f"{first.topic}[{first.partition}] from offset {first.offset}") from None
         return items
     left = []
     for item, result in zip(offered, results):
