@@ -175,9 +175,15 @@ class LandConfig(_Model):
     until then before it reads, so that producers still writing records stamped inside the window
     (a batch in flight at the hour, a lagging connector) are done. A record that arrives later
     still lands, in the next landed hour (the offset ledger, :mod:`cdclake.land`).
+
+    ``max_future_skew_s``: a record stamped more than this many seconds after the time land reads
+    it (a producer whose clock runs fast) does not end its hour's offset range: it lands with its
+    neighbours, keeps its own timestamp, and is reported (a warning naming topic, partition,
+    offset and skew, and the ``future_stamped`` run metric). Default 300 s.
     """
 
     grace_s: float = Field(300.0, ge=0)
+    max_future_skew_s: float = Field(300.0, ge=0)
 
 
 class NormalizeConfig(_Model):
@@ -187,10 +193,16 @@ class NormalizeConfig(_Model):
     ``max_nesting_depth``: deepest nesting of objects and arrays in a JSON value (and key) of the
     ``*-json`` formats (default 64). Reasons name the field and the limit, e.g.
     ``debezium-json: field 'value': nested deeper than 64 levels (normalize.max_nesting_depth)``.
+
+    The quarantine budget, per topic and landed hour: the normalize gate fails when more than
+    ``max_quarantined`` records (default 1000) or more than ``max_quarantine_share`` of the
+    hour's records (default 0.5) were quarantined, naming the top reasons with their counts.
     """
 
     max_value_bytes: int = Field(16 * 1024 * 1024, ge=1)
     max_nesting_depth: int = Field(64, ge=2)
+    max_quarantined: int = Field(1000, ge=0)
+    max_quarantine_share: float = Field(0.5, ge=0, le=1)
 
 
 class LocksConfig(_Model):

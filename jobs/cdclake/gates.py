@@ -26,8 +26,10 @@ Frames (one row each per the grain named):
   ``backwards`` (end before start), ``first_start``, ``last_end``, ``log_start``, ``log_end`` and
   ``expired_offsets`` (ledger offsets the broker no longer has: reported, not a failure).
 - normalize, ``counts`` (topic, hour): ``raw``, ``accounted`` (distinct Kafka records in bronze +
-  quarantine + control), ``overlap`` (records in more than one of them); ``changes`` (bronze rows):
-  op, source_table, source_position size, kafka coordinates.
+  quarantine + control), ``overlap`` (records in more than one of them); ``quarantine`` (topic,
+  hour): the quarantine budget (:func:`quarantine_frame`: ``quarantined``, ``share``,
+  ``top_reasons``, ``over_budget``); ``changes`` (bronze rows): op, source_table, source_position
+  size, kafka coordinates.
 - silver, ``keys:<table>``: the primary-key columns of every silver table the window touched.
 
 Suite file shape: ``{"frames": {"<frame>": [{"type": "expect_...", "kwargs": {...}}]}}``; in the
@@ -184,9 +186,82 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
     counts = counts[keys + ["raw"]].merge(acc[keys + ["accounted", "overlap"]], on=keys, how="outer").fillna(0)
     for c in ("raw", "accounted", "overlap"):
         counts[c] = counts[c].astype("int64")
+    reasons = _scan_arrow(cat, QUARANTINE_TABLE, window, topics, ("kafka_topic", "landed_hour", "reason"))
+    budget = quarantine_frame(counts, reasons.to_pandas(), cfg.normalize.max_quarantined,
+                              cfg.normalize.max_quarantine_share)
     # converted column by column, each Arrow column freed once converted
-    return {"counts": counts, "changes": changes.to_pandas(strings_to_categorical=True, split_blocks=True,
-                                                           self_destruct=True)}
+    return {"counts": counts, "quarantine": budget,
+            "changes": changes.to_pandas(strings_to_categorical=True, split_blocks=True, self_destruct=True)}
+
+
+#: How many of a topic hour's quarantine reasons, most frequent first, the normalize gate names.
+TOP_REASONS = 3
+_QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\b\d+\b|\b(?=\w*\d)\w{8,}\b""")
+_FIELD_PREFIX = re.compile(r"^[^:]+: field '[^']*': ")
+
+
+def reason_kind(reason: str) -> str:
+    """A quarantine reason with the record's own values taken out, so that reasons of one kind count
+    together: after the ``<format>: field '<field>': `` prefix, quoted text becomes ``'…'`` and
+    numbers ``N``, identifiers of eight or more characters holding a digit ``…`` (a schema id)
+    (``debezium-json: field 'op': unknown operation 'x'`` →
+    ``debezium-json: field 'op': unknown operation '…'``)."""
+    reason = reason or ""
+    m = _FIELD_PREFIX.match(reason)
+    head, rest = (reason[:m.end()], reason[m.end():]) if m else ("", reason)
+    return head + _QUOTED.sub(_placeholder, rest)[:300]
+
+
+def _placeholder(m: re.Match) -> str:
+    """What :func:`reason_kind` puts for a value: ``N`` for a number, ``'…'`` for quoted text, ``…``
+    for an identifier holding digits (a schema id, a hash)."""
+    text = m.group(0)
+    if text.isdigit():
+        return "N"
+    return text[0] + "…" + text[0] if text[0] in "'\"" else "…"
+
+
+def quarantine_frame(counts, reasons, max_quarantined: int, max_share: float):
+    """The normalize gate's ``quarantine`` frame: one row per topic and hour of ``counts`` (the
+    ``counts`` frame: ``raw`` records per topic and hour): ``raw``, ``quarantined``, ``share``
+    (quarantined / raw), ``top_reasons`` (the :data:`TOP_REASONS` most frequent kinds of reason,
+    :func:`reason_kind`, as ``"<n>× <reason>"`` joined by `` | ``) and ``over_budget``: null within
+    the budget, else one line naming the topic, the hour, the counts, the setting exceeded
+    (``normalize.max_quarantined``, ``normalize.max_quarantine_share``) and the top reasons.
+    ``reasons``: the window's quarantine rows (kafka_topic, landed_hour, reason)."""
+    import pandas as pd
+
+    keys = ["kafka_topic", "landed_hour"]
+    out = counts[keys + ["raw"]].copy()
+    if len(reasons):
+        reasons = reasons.assign(kind=reasons["reason"].map(reason_kind))
+        per_kind = reasons.groupby(keys + ["kind"]).size().rename("n").reset_index()
+        per_kind = per_kind.sort_values(keys + ["n", "kind"], ascending=[True, True, False, True], kind="stable")
+        top = per_kind.groupby(keys).apply(
+            lambda g: " | ".join(f"{int(n)}× {k}" for k, n in zip(g["kind"][:TOP_REASONS], g["n"][:TOP_REASONS])),
+            include_groups=False).rename("top_reasons").reset_index()
+        total = reasons.groupby(keys).size().rename("quarantined").reset_index()
+        for df in (top, total):
+            df["landed_hour"] = pd.to_datetime(df["landed_hour"], utc=True)
+        out["landed_hour"] = pd.to_datetime(out["landed_hour"], utc=True)
+        out = out.merge(total, on=keys, how="left").merge(top, on=keys, how="left")
+    else:
+        out["quarantined"], out["top_reasons"] = 0, None
+    out["quarantined"] = out["quarantined"].fillna(0).astype("int64")
+    out["share"] = (out["quarantined"] / out["raw"].where(out["raw"] > 0)).fillna(0.0)
+
+    def verdict(r) -> Optional[str]:
+        exceeded = [f"normalize.max_quarantined {max_quarantined}" if r.quarantined > max_quarantined else None,
+                    f"normalize.max_quarantine_share {max_share:g}" if r.share > max_share else None]
+        exceeded = [e for e in exceeded if e]
+        if not exceeded:
+            return None
+        hour = pd.Timestamp(r.landed_hour).strftime("%Y-%m-%dT%H:%MZ")
+        return (f"topic {r.kafka_topic} hour {hour}: {r.quarantined} of {r.raw} records quarantined "
+                f"({r.share:.0%}), over {' and '.join(exceeded)}; top reasons: {r.top_reasons}")
+
+    out["over_budget"] = [verdict(r) for r in out.itertuples()]
+    return out
 
 
 def _distinct(table, columns: list[str]):
@@ -288,7 +363,7 @@ def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: O
         for r in res.results:
             cfg = r.expectation_config
             detail = "" if r.success else str(r.result.get("partial_unexpected_list") or r.result.get("observed_value")
-                                              or r.exception_info)[:200]
+                                              or r.exception_info)[:DETAIL_CHARS]
             if outcomes is not None:
                 outcomes.append({"frame": frame_name, "expectation": cfg.type, "kwargs": _kwargs_text(cfg.kwargs),
                                  "success": bool(r.success), "detail": detail})
@@ -298,6 +373,10 @@ def validate(stage: str, frames: dict, docs_dir: Optional[Path] = None, suite: O
         docs_dir.mkdir(parents=True, exist_ok=True)
         ctx.build_data_docs()
     return failures
+
+
+#: A failed expectation's unexpected or observed values are cut to this many characters.
+DETAIL_CHARS = 1000
 
 
 def _kwargs_text(kwargs: dict) -> str:
