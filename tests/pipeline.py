@@ -44,3 +44,23 @@ def silver_rows(spark, pipeline_path, table: str, meta: bool = False) -> list[di
         df = df.select([c for c in df.columns if not c.startswith("_cdc_")])
     rows = [r.asDict() for r in df.collect()]
     return sorted(rows, key=lambda r: tuple(str(r[k]) for k in sorted(r)))
+
+
+def raw_rows(spark, cfg, topic: str) -> list[tuple]:
+    """``(partition, offset, timestamp ms, landed hour)`` of every raw record of ``topic``, in offset order."""
+    from cdclake.catalog import qualified
+    from cdclake.lake import RAW_TABLE
+
+    return [(r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms, r.landed_hour.replace(tzinfo=UTC))
+            for r in spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'")
+            .orderBy("kafka_partition", "kafka_offset").collect()]
+
+
+def ledger_rows(spark, cfg, topic: str) -> list[tuple]:
+    """``(partition, landed hour, start offset, end offset, records)`` of the offset ledger's ranges of ``topic``."""
+    from cdclake.catalog import qualified
+    from cdclake.lake import MANIFEST_TABLE
+
+    return [(r.kafka_partition, r.landed_hour.replace(tzinfo=UTC), r.start_offset, r.end_offset, r.records)
+            for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(f"kafka_topic = '{topic}'")
+            .orderBy("kafka_partition", "landed_hour").collect()]

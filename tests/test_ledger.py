@@ -12,7 +12,7 @@ import datetime as dt
 
 import pytest
 from conftest import produce, write_pipeline
-from pipeline import hour, ms
+from pipeline import hour, ledger_rows, ms, raw_rows
 
 from cdclake.kafka_ranges import Piece, plan_partition
 
@@ -43,24 +43,6 @@ def _cfg(unique: str, topic: str, **sections):
                                         **sections))
 
 
-def _raw(spark, cfg, topic) -> list[tuple]:
-    from cdclake.catalog import qualified
-    from cdclake.lake import RAW_TABLE
-
-    return [(r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms, r.landed_hour.replace(tzinfo=UTC))
-            for r in spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'")
-            .orderBy("kafka_partition", "kafka_offset").collect()]
-
-
-def _ledger(spark, cfg, topic) -> list[tuple]:
-    from cdclake.catalog import qualified
-    from cdclake.lake import MANIFEST_TABLE
-
-    return [(r.kafka_partition, r.landed_hour.replace(tzinfo=UTC), r.start_offset, r.end_offset, r.records)
-            for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(f"kafka_topic = '{topic}'")
-            .orderBy("kafka_partition", "landed_hour").collect()]
-
-
 def _window(a: int, b: int, topic: str):
     from cdclake.window import Window
 
@@ -86,7 +68,7 @@ def test_late_records_land_in_the_next_hour_exactly_once(stack, spark, unique):
     assert land(spark, cfg, _window(2, 3, topic)) == {topic: 14}
     assert run_gate("land", cfg, _window(1, 3, topic))["frames"] == {"offsets": 4, "ledger": 2}
 
-    rows = _raw(spark, cfg, topic)
+    rows = raw_rows(spark, cfg, topic)
     assert len(rows) == len({(p, o) for p, o, _, _ in rows}) == 24  # every record exactly once
     for p in (0, 1):
         mine = [r for r in rows if r[0] == p]
@@ -94,14 +76,14 @@ def test_late_records_land_in_the_next_hour_exactly_once(stack, spark, unique):
         # the late records keep their own timestamps, inside hour 1, and were taken by hour 2's run
         assert [(ts < _h(2), h) for _, o, ts, h in mine if o in (5, 6, 7)] == [(True, hour(2))] * 3
         assert {h for _, o, _, h in mine if o < 5} == {hour(1)}
-    assert _ledger(spark, cfg, topic) == [(p, hour(h), s, e, n) for p in (0, 1)
+    assert ledger_rows(spark, cfg, topic) == [(p, hour(h), s, e, n) for p in (0, 1)
                                           for h, s, e, n in ((1, 0, 5, 5), (2, 5, 12, 7))]
 
     # a rerun of either hour re-reads exactly its ledger range
-    before = _raw(spark, cfg, topic)
+    before = raw_rows(spark, cfg, topic)
     assert land(spark, cfg, _window(1, 2, topic)) == {topic: 10}
     assert land(spark, cfg, _window(2, 3, topic)) == {topic: 14}
-    assert _raw(spark, cfg, topic) == before
+    assert raw_rows(spark, cfg, topic) == before
 
 
 def test_a_run_after_a_three_hour_gap_lands_every_record_of_the_gap(stack, spark, unique):
@@ -118,9 +100,9 @@ def test_a_run_after_a_three_hour_gap_lands_every_record_of_the_gap(stack, spark
     produce(stack["bootstrap"], topic, gap + [(0, _h(5) + 5, None, "next hour")], create=False)
 
     assert land(spark, cfg, _window(4, 5, topic)) == {topic: 8}
-    rows = _raw(spark, cfg, topic)
+    rows = raw_rows(spark, cfg, topic)
     assert [(o, h) for _, o, _, h in rows] == [(o, hour(0)) for o in range(3)] + [(o, hour(4)) for o in range(3, 11)]
-    assert _ledger(spark, cfg, topic) == [(0, hour(0), 0, 3, 3), (0, hour(4), 3, 11, 8)]
+    assert ledger_rows(spark, cfg, topic) == [(0, hour(0), 0, 3, 3), (0, hour(4), 3, 11, 8)]
     # the gate names the hours no run landed (their records are in hour 4); the offsets tile
     from cdclake.gates import GateFailed
 
@@ -129,10 +111,10 @@ def test_a_run_after_a_three_hour_gap_lands_every_record_of_the_gap(stack, spark
     assert "1 expectation(s) failed" in str(err.value) and "column=manifest_start" in str(err.value)
     # backfilling the missed hours takes the gap between the ranges around them: nothing is left
     assert land(spark, cfg, _window(1, 4, topic)) == {topic: 0}
-    assert _ledger(spark, cfg, topic) == [(0, hour(0), 0, 3, 3), (0, hour(1), 3, 3, 0), (0, hour(2), 3, 3, 0),
+    assert ledger_rows(spark, cfg, topic) == [(0, hour(0), 0, 3, 3), (0, hour(1), 3, 3, 0), (0, hour(2), 3, 3, 0),
                                           (0, hour(3), 3, 3, 0), (0, hour(4), 3, 11, 8)]
     assert run_gate("land", cfg, _window(0, 5, topic))["frames"] == {"offsets": 5, "ledger": 1}
-    assert _raw(spark, cfg, topic) == rows
+    assert raw_rows(spark, cfg, topic) == rows
 
 
 def test_a_backfill_before_the_first_landed_hour_takes_the_gap(stack, spark, unique):
@@ -146,12 +128,12 @@ def test_a_backfill_before_the_first_landed_hour_takes_the_gap(stack, spark, uni
     records = [(0, _h(h) + 1000 * i, None, f"h{h}-{i}") for h in (1, 2, 3, 4, 5) for i in range(2)]
     produce(stack["bootstrap"], topic, records)
     assert land(spark, cfg, _window(5, 6, topic)) == {topic: 2}
-    assert _ledger(spark, cfg, topic) == [(0, hour(5), 8, 10, 2)]
+    assert ledger_rows(spark, cfg, topic) == [(0, hour(5), 8, 10, 2)]
     assert land(spark, cfg, _window(3, 5, topic)) == {topic: 4}
     assert land(spark, cfg, _window(2, 3, topic)) == {topic: 2}
-    assert _ledger(spark, cfg, topic) == [(0, hour(2), 2, 4, 2), (0, hour(3), 4, 6, 2), (0, hour(4), 6, 8, 2),
+    assert ledger_rows(spark, cfg, topic) == [(0, hour(2), 2, 4, 2), (0, hour(3), 4, 6, 2), (0, hour(4), 6, 8, 2),
                                           (0, hour(5), 8, 10, 2)]
-    assert [(o, h) for _, o, _, h in _raw(spark, cfg, topic)] == [(o, hour(o // 2 + 1)) for o in range(2, 10)]
+    assert [(o, h) for _, o, _, h in raw_rows(spark, cfg, topic)] == [(o, hour(o // 2 + 1)) for o in range(2, 10)]
     assert run_gate("land", cfg, _window(2, 6, topic))["frames"] == {"offsets": 4, "ledger": 1}
 
 

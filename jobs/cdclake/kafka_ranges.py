@@ -19,9 +19,14 @@ Inside a segment a record's landed hour is the hour of the *running maximum* rec
 to it, clamped to the segment: a record stamped inside an already-landed hour (a producer batch
 in flight at the hour, a lagging connector, the hours a stopped scheduler missed) lands in the
 first hour of the segment that reads it. It keeps its own timestamp; ``landed_hour`` says which
-run took it. The reader decides each range's bounds while it reads (:func:`read_pieces`), because
-a broker's ``offsets_for_times`` and end offsets may be approximate; the land stage records the
-ranges it reports.
+run took it. A *future-stamped* record, stamped more than ``land.max_future_skew_s`` seconds after
+the reading task read it (a producer whose clock runs fast), does not advance the running
+maximum: it never ends a range and never moves the records after it to a later hour; it lands with
+its neighbours, keeps its own timestamp, and is reported (:class:`FutureStamped`). Without this,
+one record stamped three hours ahead would end its hour's range, and every hourly run after it
+would land nothing of the partition until the wall clock passed its timestamp. The reader decides
+each range's bounds while it reads (:func:`read_pieces`), because a broker's ``offsets_for_times``
+and end offsets may be approximate; the land stage records the ranges it reports.
 
 The land gate observes the log again on its own by offset (:func:`observe_ranges`). One Spark
 task reads one topic partition, as Spark's own Kafka batch source does, and hands its records to
@@ -32,8 +37,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from dataclasses import dataclass
-from typing import Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
 
 from cdclake.errors import KafkaUnavailable
 from cdclake.window import UTC
@@ -105,8 +110,9 @@ class Piece:
     ``hours``: the hour starts (epoch ms, UTC, consecutive). ``start``: first offset to read; None
     on the first landing of the partition (from ``offsets_for_times(hours[0])``, skipping records
     whose running maximum timestamp is earlier). ``stop``: offset to stop before; None for an open
-    segment (stop at the first record stamped at or after the last hour's end, or at the end of the
-    log). ``fixed``: a rerun of one ledger range; every record read gets ``hours[0]``.
+    segment (stop at the first record stamped at or after the last hour's end, a future-stamped one
+    excepted, or at the end of the log). ``fixed``: a rerun of one ledger range; every record read
+    gets ``hours[0]``.
     """
 
     topic: str
@@ -215,15 +221,52 @@ def _log_end(cons, topic: str, partition: int, timeout_s: float) -> int:
         raise KafkaUnavailable(f"{topic}[{partition}]: end offset unknown: {exc.args[0].str()}") from None
 
 
-def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float = 30.0) -> Iterator[tuple[object, int]]:
+#: Future-stamped records of one partition a reading task reports one by one; the rest are counted.
+FUTURE_SAMPLES = 10
+
+
+@dataclass
+class FutureStamped:
+    """The future-stamped records one reading task landed of one topic partition (:func:`scan_piece`).
+
+    ``count``: how many; ``samples``: the first :data:`FUTURE_SAMPLES` of them as ``(offset,
+    timestamp_ms, skew_s, landed_hour_ms)``, ``skew_s`` the seconds from the wall clock (UTC) when
+    the task read the record to the record's timestamp.
+    """
+
+    topic: str
+    partition: int
+    count: int = 0
+    samples: list[tuple[int, int, float, int]] = field(default_factory=list)
+
+    def add(self, offset: int, timestamp_ms: int, skew_s: float, hour_ms: int) -> None:
+        self.count += 1
+        if len(self.samples) < FUTURE_SAMPLES:
+            self.samples.append((offset, timestamp_ms, skew_s, hour_ms))
+
+
+def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float = 30.0,
+               max_future_skew_s: Optional[float] = None, future: Optional[FutureStamped] = None,
+               clock: Callable[[], float] = time.time) -> Iterator[tuple[object, int]]:
     """Yield ``(message, landed_hour_ms)`` for the records ``piece`` lands, in offset order, then
     append the piece's ledger ranges (one per hour, empty ones included) to ``ranges``.
 
-    ``cons`` is a consumer of :func:`consumer` (reassigned here). Raises :class:`KafkaUnavailable`
-    when no record and no end-of-log arrive for ``timeout_s`` seconds, or the broker reports an
-    error for the partition.
+    ``cons`` is a consumer of :func:`consumer` (reassigned here). ``max_future_skew_s``: a record
+    stamped more than this many seconds after ``clock()`` (epoch seconds, read when the record is
+    read; default the wall clock) is future-stamped: it does not advance the running maximum, so
+    it neither ends the range nor moves later records to a later hour, and lands in the hour of
+    the running maximum before it (a fixed piece: its hour, as every record). Each one landed is
+    added to ``future`` when given; one that a first landing skips (the running maximum still
+    before the first hour: it goes with the records stamped before it) is neither landed nor
+    added. None (the default): no record is future-stamped.
+    Raises :class:`KafkaUnavailable` when no record and no end-of-log arrive for ``timeout_s``
+    seconds, or the broker reports an error for the partition.
     """
     where = f"{piece.topic}[{piece.partition}]"
+    skew_ms = None if max_future_skew_s is None else max_future_skew_s * 1000
+    read_ms = clock() * 1000
+    # a record stamped after this is future-stamped once the clock, read again, agrees
+    limit = float("inf") if skew_ms is None else read_ms + skew_ms
     first_hour, last_hour = piece.hours[0], piece.hours[-1]
     end_ms = last_hour + HOUR_MS
     skip_early = piece.start is None
@@ -249,7 +292,12 @@ def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float =
             if piece.stop is not None and off >= piece.stop:
                 break
             ts = m.timestamp()[1]
-            if ts > run_max:
+            ahead = False
+            if ts > limit:
+                read_ms = clock() * 1000
+                limit = read_ms + skew_ms
+                ahead = ts > limit
+            if ts > run_max and not ahead:
                 run_max = ts
             if piece.fixed:
                 hour = first_hour
@@ -265,6 +313,8 @@ def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float =
             if hour not in first:
                 first[hour] = off
             counts[hour] = counts.get(hour, 0) + 1
+            if ahead and future is not None:
+                future.add(off, ts, (ts - read_ms) / 1000, hour)
             yield m, hour
     if landed_from is None:  # a first landing that found nothing: the range is empty, at its end
         landed_from = end
@@ -278,7 +328,8 @@ ARROW_BATCH_RECORDS = 20_000
 
 
 def arrow_batches(bootstrap: str, pieces: list[Piece], schema, ranges: list[OffsetRange], timeout_s: float = 30.0,
-                  client: Optional[dict] = None, after_batch=None) -> Iterator:
+                  client: Optional[dict] = None, after_batch=None, max_future_skew_s: Optional[float] = None,
+                  future: Optional[FutureStamped] = None) -> Iterator:
     """The records of ``pieces`` (one topic partition, in offset order) as pyarrow ``RecordBatch`` es.
 
     ``schema`` is the Arrow form of ``cdclake.lake.RAW_SCHEMA`` (kafka_topic string, kafka_partition
@@ -288,8 +339,10 @@ def arrow_batches(bootstrap: str, pieces: list[Piece], schema, ranges: list[Offs
     :data:`ARROW_BATCH_BYTES`; headers become ``{name, value}`` items (an empty list when there
     are none), ``landed_hour`` the start of the record's landed hour (:func:`scan_piece`). The
     pieces' ledger ranges are appended to ``ranges`` once read; ``after_batch()``, when given, is
-    called after each batch was taken. Built column by column, so that a landed record crosses
-    into Spark as Arrow columns rather than as a pickled row. Raises :class:`KafkaUnavailable`.
+    called after each batch was taken. ``max_future_skew_s`` and ``future``: the future-stamped
+    records' threshold (seconds) and their report, as in :func:`scan_piece`. Built column by
+    column, so that a landed record crosses into Spark as Arrow columns rather than as a pickled
+    row. Raises :class:`KafkaUnavailable`.
     """
     import pyarrow as pa
 
@@ -322,7 +375,7 @@ def arrow_batches(bootstrap: str, pieces: list[Piece], schema, ranges: list[Offs
     cons = consumer(bootstrap, client)
     try:
         for piece in pieces:
-            for m, hour_ms in scan_piece(cons, piece, ranges, timeout_s):
+            for m, hour_ms in scan_piece(cons, piece, ranges, timeout_s, max_future_skew_s, future):
                 key, value, hs = m.key(), m.value(), m.headers()
                 offsets.append(m.offset())
                 stamps.append(m.timestamp()[1])

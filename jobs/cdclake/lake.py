@@ -339,19 +339,29 @@ def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
 #: silver table, ``changes_merged``: its bronze changes of the window, ``keys_upserted`` and
 #: ``keys_deleted``: keys the MERGE upserted and deleted; ``newest_source_ts``: the newest source
 #: commit time of the window's bronze changes of the topic (normalize, silver); ``lag_s``: seconds
-#: from it to ``run_at``; ``duration_s``: seconds the stage ran (all its topics together).
-#: Columns that do not apply to a stage are null.
+#: from it to ``run_at``; ``duration_s``: seconds the stage ran (all its topics together);
+#: ``future_stamped`` (land): records landed that were stamped more than ``land.max_future_skew_s``
+#: after they were read. Columns that do not apply to a stage are null; columns added since a
+#: table was created are added at the end (:func:`ensure_run_metrics_table`).
 RUN_METRICS_SCHEMA = ("run_at timestamp, pipeline string, stage string, kafka_topic string, window_start timestamp, "
                       "window_end timestamp, records_landed bigint, records_parsed bigint, change_rows bigint, "
                       "quarantined bigint, control bigint, silver_table string, changes_merged bigint, "
                       "keys_upserted bigint, keys_deleted bigint, newest_source_ts timestamp, lag_s double, "
-                      "duration_s double")
+                      "duration_s double, future_stamped bigint")
 
 
 def ensure_run_metrics_table(spark: "SparkSession", cfg: PipelineConfig) -> None:
-    """Create ``bronze.run_metrics`` (:data:`RUN_METRICS_SCHEMA`, partitioned by days(run_at)) when missing."""
+    """Create ``bronze.run_metrics`` (:data:`RUN_METRICS_SCHEMA`, partitioned by days(run_at)) when missing.
+
+    A table made by an earlier version gets the columns added since (at the end, an Iceberg schema
+    change: the rows written before read them as null).
+    """
     ensure_namespace(spark, cfg, "bronze")
     _create(spark, cfg, RUN_METRICS_TABLE, RUN_METRICS_SCHEMA, "days(run_at)")
+    have = set(spark.table(qualified(cfg, RUN_METRICS_TABLE)).columns)
+    for col_name, col_type in ddl_columns(RUN_METRICS_SCHEMA):
+        if col_name not in have:
+            spark.sql(f"ALTER TABLE {qualified(cfg, RUN_METRICS_TABLE)} ADD COLUMN {col_name} {col_type}")
 
 
 # --- silver, tombstone and history tables: naming -----------------------------------------------

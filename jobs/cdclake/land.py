@@ -18,6 +18,13 @@ matches whole files.
 Re-landing a window re-reads exactly its ledger ranges and replaces exactly that window's rows for
 the landed topics (one atomic Iceberg overwrite by filter), so reruns and backfills are
 idempotent.
+
+A record stamped more than ``land.max_future_skew_s`` seconds after the reading task read it (a
+producer whose clock runs fast) is *future-stamped*: it does not end its hour's range, lands with
+its neighbours and keeps its own timestamp (:func:`cdclake.kafka_ranges.scan_piece`). Land logs a
+warning per such record (the first :data:`cdclake.kafka_ranges.FUTURE_SAMPLES` of each partition:
+topic, partition, offset, skew in seconds) and a count per partition, and returns the counts per
+topic (:class:`LandResult`) for the ``future_stamped`` run metric.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import LandingShrinks, task_error
 from cdclake.faults import kill_point
-from cdclake.kafka_ranges import OffsetRange, Piece
+from cdclake.kafka_ranges import FutureStamped, OffsetRange, Piece
 from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
                           overwrite_hours)
 from cdclake.window import UTC, Window
@@ -41,6 +48,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+
+class LandResult(dict):
+    """What :func:`land` returns: ``{topic: records landed}`` (a dict, equal to the plain dict of the
+    same counts), and in ``future_stamped`` ``{topic: future-stamped records among them}``."""
+
+    def __init__(self, records: dict[str, int], future_stamped: Optional[dict[str, int]] = None):
+        super().__init__(records)
+        self.future_stamped: dict[str, int] = dict(future_stamped or {})
 
 
 def shrinking(ranges: list[OffsetRange], landed: dict[tuple[str, int, int], int]) -> Optional[str]:
@@ -115,8 +131,35 @@ def _ledger_rows(reported: list[tuple], plans: dict[tuple[str, int], list[Piece]
     return [found[k] for k in sorted(found)]
 
 
-def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str, int]:
-    """Land every selected topic's records of ``window`` into the raw table; return counts per topic.
+def report_future(reported: list[tuple], skew_s: float) -> dict[tuple[str, int], int]:
+    """Log the future-stamped records the reading tasks reported and return their count per
+    ``(topic, partition)``.
+
+    ``reported``: ``(topic, partition, count, samples)`` per partition that landed any
+    (:class:`cdclake.kafka_ranges.FutureStamped`; a task re-run by Spark reports its partition
+    again: one report per partition counts). One warning per sample, naming topic, partition,
+    offset, timestamp and skew in seconds, then one per partition with its count.
+    """
+    counts: dict[tuple[str, int], int] = {}
+    for t, p, n, samples in sorted(reported, key=lambda r: (r[0], r[1])):
+        if (t, p) in counts:
+            continue
+        counts[(t, p)] = n
+        for off, ts, skew, hour_ms in samples:
+            log.warning("future-stamped record %s[%d] offset %d: timestamp %s is %.0f s ahead of the time it was read "
+                        "(land.max_future_skew_s %.0f s); landed in hour %s with its neighbours",
+                        t, p, off, dt.datetime.fromtimestamp(ts / 1000, UTC).isoformat(), skew, skew_s,
+                        dt.datetime.fromtimestamp(hour_ms / 1000, UTC).isoformat())
+        log.warning("%s[%d]: %d future-stamped record(s) landed (stamped more than %.0f s ahead of the time they were "
+                    "read; a producer clock running fast?)%s", t, p, n, skew_s,
+                    f"; the first {len(samples)} are logged above" if n > len(samples) else "")
+    return counts
+
+
+def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResult:
+    """Land every selected topic's records of ``window`` into the raw table; return counts per topic:
+    a :class:`LandResult`, ``{topic: records}`` with the future-stamped records per topic in its
+    ``future_stamped`` (logged: :func:`report_future`; ``land.max_future_skew_s``).
 
     Waits first until ``land.grace_s`` seconds after the window's end (:func:`settle_seconds`).
     Plans each partition's offset ranges from the ledger (:func:`plan`); one Spark task per topic
@@ -141,6 +184,7 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     ensure_raw_tables(spark, cfg)
     plans, landed = plan(spark, cfg, window, parts)
     bootstrap, timeout, client = k.bootstrap_servers, max(30.0, k.timeout_s), dict(k.client)
+    skew_s = float(cfg.land.max_future_skew_s)
     schema = arrow_schema(RAW_SCHEMA)
 
     class _Ranges(AccumulatorParam):
@@ -152,19 +196,24 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
             return a
 
     reported = spark.sparkContext.accumulator([], _Ranges())
+    reported_future = spark.sparkContext.accumulator([], _Ranges())
     driver = os.getpid()
 
     def read(batches):
         for b in batches:
             for topic, p in zip(b.column(0).to_pylist(), b.column(1).to_pylist()):
                 ranges: list[OffsetRange] = []
+                future = FutureStamped(topic, p)
                 yield from kafka_ranges.arrow_batches(bootstrap, plans[(topic, p)], schema, ranges, timeout, client,
-                                                      after_batch=lambda: kill_point("land.writing", driver))
+                                                      after_batch=lambda: kill_point("land.writing", driver),
+                                                      max_future_skew_s=skew_s, future=future)
                 reason = shrinking(ranges, landed)
                 if reason is not None:  # fails the job: the overwrite commits nothing
                     raise LandingShrinks(reason)
                 reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
                               for r in ranges])
+                if future.count:
+                    reported_future.add([(topic, p, future.count, list(future.samples))])
 
     # one row, and so one task, per topic partition
     todo = spark.createDataFrame(spark.sparkContext.parallelize(parts, max(1, len(parts))),
@@ -188,7 +237,9 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> dict[str
     now = dt.datetime.now(UTC)
     rows = [(r.topic, r.partition, r.hour, r.start, r.end, r.records, now) for r in ledger]
     overwrite_hours(spark.createDataFrame(rows, MANIFEST_SCHEMA), cfg, MANIFEST_TABLE, window, topics)
-    result = {t: 0 for t in topics}
+    result = LandResult({t: 0 for t in topics}, {t: 0 for t in topics})
+    for (t, _), n in report_future(reported_future.value, skew_s).items():
+        result.future_stamped[t] += n
     for r in ledger:
         if r.records or r.end > r.start:
             log.info("landed %s[%d] hour %s: offsets %d..%d, %d records", r.topic, r.partition, r.hour.isoformat(),

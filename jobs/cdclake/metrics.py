@@ -7,7 +7,8 @@ finished), pipeline string, stage string, kafka_topic string, window_start and w
 timestamp, records_landed bigint (land), records_parsed, change_rows, quarantined, control bigint
 (normalize), silver_table string, changes_merged, keys_upserted, keys_deleted bigint (silver),
 newest_source_ts timestamp and lag_s double (seconds from it to run_at; normalize and silver),
-duration_s double (seconds the stage ran). Columns that do not apply to a stage are null.
+duration_s double (seconds the stage ran), future_stamped bigint (land: records stamped more than
+``land.max_future_skew_s`` after they were read). Columns that do not apply to a stage are null.
 
 The table is only appended to: a rerun of a window adds rows, told apart by ``run_at``. Writing
 the metrics never fails a stage (:func:`record_run` logs a warning instead).
@@ -55,9 +56,11 @@ def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: Any, ru
                 duration_s: float, newest: Optional[dict[str, Optional[dt.datetime]]] = None) -> list[dict]:
     """The run metrics rows (dicts of :data:`METRIC_COLUMNS`) of one stage run.
 
-    ``result``: what the stage returned: land ``{topic: records}``; normalize ``{topic: {"raw",
-    "changes", "quarantined", "control"}}``; silver a list of
-    :class:`cdclake.silver.tables.TableResult` (one row per table and topic of its ``topics``;
+    ``result``: what the stage returned: land ``{topic: records}``, with ``{topic: future-stamped
+    records}`` in its attribute ``future_stamped`` (:class:`cdclake.land.LandResult`; a plain dict
+    without it: ``future_stamped`` null); normalize ``{topic: {"raw", "changes", "quarantined",
+    "control"}}``; silver a list of :class:`cdclake.silver.tables.TableResult` (one row per table
+    and topic of its ``topics``;
     ``changes_merged`` is the table's changes of the window, over all its topics; a topic with no
     change in the window gets one row without silver table and 0 changes). ``run_at``: when the
     stage finished (aware, UTC); ``duration_s``: seconds it ran; ``newest``: ``{topic: newest source
@@ -76,7 +79,9 @@ def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: Any, ru
         return out
 
     if stage == "land":
-        return [row(t, records_landed=int(result.get(t, 0))) for t in topics]
+        future = getattr(result, "future_stamped", None)
+        return [row(t, records_landed=int(result.get(t, 0)),
+                    future_stamped=None if future is None else int(future.get(t, 0))) for t in topics]
     if stage == "normalize":
         zero = {"raw": 0, "changes": 0, "quarantined": 0, "control": 0}
         return [row(t, records_parsed=int(s["raw"]), change_rows=int(s["changes"]), quarantined=int(s["quarantined"]),
