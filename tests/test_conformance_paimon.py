@@ -17,9 +17,9 @@ from ``shared/conformance/paimon/kafka``) and the tables Paimon's tests state fo
 - ``KafkaMaxwellSyncTableActionITCase.testSchemaEvolution`` (``runSingleTableSchemaEvolution`` with
   ``maxwell``: ``maxwell/table/schemaevolution/maxwell-data-{1,2,3}.txt``) and
   ``testFieldValNullSyncTable`` (``testTableFiledValNull``: ``maxwell-data-4.txt``). Paimon's
-  Maxwell files carry no ``position`` (Maxwell's ``output_binlog_position`` is off by default),
-  so the source sets ``without_position: kafka-order`` (one partition, Paimon's arrival order);
-  without it every row is quarantined naming ``position``
+  Maxwell files carry no ``position`` (Maxwell's ``output_binlog_position`` is off by default):
+  the sources set no option, as a new user's would, and the rows keep their Kafka order (one
+  partition, Paimon's arrival order), ``sources[].options.without_position``'s default
 - ``KafkaAWSDMSSyncTableActionITCase``: ``runSingleTableSchemaEvolution`` with ``aws-dms``
   (``aws-dms/table/schemaevolution/aws-dms-data-{1,2,3}.txt``: every column STRING, ``BI_``
   before-image columns in the update) and ``testTableFiledValNull``
@@ -175,10 +175,10 @@ SCENARIOS = {s.tag: s for s in [
     # KafkaMaxwellSyncTableActionITCase.testSchemaEvolution: pk id, no types in the messages
     Scenario("maxevol", "maxwell-json",
              {i: [f"maxwell/table/schemaevolution/maxwell-data-{i + 1}.txt"] for i in range(3)},
-             ["test__product"], ["id"], options={"options": {"without_position": "kafka-order"}}),
+             ["test__product"], ["id"]),
     # KafkaMaxwellSyncTableActionITCase.testFieldValNullSyncTable: maxwell-data-4.txt only, pk id
     Scenario("maxnull", "maxwell-json", {0: ["maxwell/table/schemaevolution/maxwell-data-4.txt"]},
-             ["test__product"], ["id"], options={"options": {"without_position": "kafka-order"}}),
+             ["test__product"], ["id"]),
     # AliyunJsonRecordParserTest: insert (a full-load row), update in one message, delete; key from schema.primaryKey
     Scenario("aliyunevent", "aliyun-json",
              {0: ["aliyun/table/event/event-insert.txt"], 1: ["aliyun/table/event/event-update-in-one.txt"],
@@ -655,6 +655,30 @@ def test_maxwell_field_value_null(paimon_run):
     assert len(paimon) == 2 and paimon[0][3] == "null"
     want = [tuple(None if v == "null" else v for v in row) for row in paimon]
     assert as_paimon_rows(s, columns_of(("maxnull", 0))) == want
+
+
+def test_maxwell_vectors_as_maxwell_ships_them(spark, paimon_run):
+    """Paimon's Maxwell files are Maxwell's default output: no row carries ``position``
+    (``output_binlog_position`` is off by default). Read with no option set, none is quarantined
+    and each change in bronze has the empty position, ordered by its Kafka partition and offset."""
+    from pyspark.sql import functions as F
+
+    from cdclake.catalog import qualified
+    from cdclake.config import load_pipeline
+    from cdclake.lake import BRONZE_TABLE
+
+    files = [f for sc in ("maxevol", "maxnull") for fs in SCENARIOS[sc].steps.values() for f in fs]
+    rows = [json.loads(line) for f in files for line in json_lines(KAFKA / f)]
+    assert len(rows) == 10 and not [r for r in rows if "position" in r]
+    assert all(not SCENARIOS[sc].options for sc in ("maxevol", "maxnull"))
+    bronze = qualified(load_pipeline(paimon_run["path"]), BRONZE_TABLE)
+    for sc in ("maxevol", "maxnull"):
+        changes = (spark.table(bronze).where(F.col("kafka_topic") == paimon_run["topics"][sc])
+                   .select("op", "source_position").collect())
+        assert len(changes) == sum(len(json_lines(KAFKA / f)) for fs in SCENARIOS[sc].steps.values() for f in fs)
+        assert {len(r["source_position"]) for r in changes} == {0}, sc
+        for h in SCENARIOS[sc].steps:
+            assert paimon_run["hours"][h]["normalize"][paimon_run["topics"][sc]]["quarantined"] == 0, (sc, h)
 
 
 # --------------------------------------------------------------------------------------------

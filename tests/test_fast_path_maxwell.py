@@ -3,7 +3,8 @@
 Each batch of raw records runs through :func:`cdclake.normalize.parse_batches` with and without
 :meth:`cdclake.formats.maxwell.MaxwellJsonParser.fast_parse` (``assert_same``): every record must
 give the same output rows, quarantine reasons included. The records are simulated hours of the
-shop rendered as Maxwell JSON (with and without configured types, with ``without_position``),
+shop rendered as Maxwell JSON (with and without configured types, with ``without_position``
+``kafka-order``, the default, and ``quarantine``),
 and unusual and malformed variants of those messages: every member removed, null or of another
 JSON type, every ``type``, positions, transaction fields, images with extra, missing, null,
 nested and renamed columns, ``old`` naming columns ``data`` lacks, Kafka keys of every shape,
@@ -25,6 +26,7 @@ from cdclake.sim.render_maxwell import maxwell_json
 FMT = "maxwell-json"
 TYPED = {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}
 KAFKA_ORDER = {"without_position": "kafka-order"}
+QUARANTINE = {"without_position": "quarantine"}
 DROP = _DROP
 #: Values of every JSON type for a member: absent, null, text, numbers, a list, an object, a bool.
 ODD = [DROP, None, "", " ", "x", 0, 1, -1, 1.5, -0.0, 10**40, 2**64, True, False, [1], {"a": 1}, []]
@@ -46,7 +48,7 @@ def test_simulated_hours_are_read_alike(seed, size):
     assert read_fast >= 0.95 * _rows(records), (read_fast, _rows(records))
 
 
-@pytest.mark.parametrize("options", [TYPED, KAFKA_ORDER], ids=["typed", "kafka-order"])
+@pytest.mark.parametrize("options", [TYPED, KAFKA_ORDER, QUARANTINE], ids=["typed", "kafka-order", "quarantine"])
 def test_simulated_hour_with_options_is_read_alike(options):
     records = _simulated(45, hours=1)
     read_fast = assert_same(FMT, records, 64, options)
@@ -163,8 +165,8 @@ def ordinary():
     return _simulated(47, hours=1, partitions=1)
 
 
-@pytest.mark.parametrize("size, options", [(9, None), (9, TYPED), (500, None), (500, KAFKA_ORDER)],
-                         ids=["9-none", "9-typed", "500-none", "500-kafka-order"])
+@pytest.mark.parametrize("size, options", [(9, None), (9, TYPED), (9, QUARANTINE), (500, None), (500, QUARANTINE)],
+                         ids=["9-none", "9-typed", "9-quarantine", "500-none", "500-quarantine"])
 def test_variants_are_read_alike(ordinary, size, options):
     variants = [(1, k, v) for k, v in _variants(ordinary)]
     mixed = [r for pair in zip(ordinary[:len(variants)], variants) for r in pair]

@@ -37,6 +37,7 @@ parse = functools.partial(helpers.parse, FMT)
 one = functools.partial(helpers.one, FMT)
 parse_error = functools.partial(helpers.parse_error, FMT)
 KAFKA_ORDER = {"without_position": "kafka-order"}
+QUARANTINE = {"without_position": "quarantine"}
 
 DOC_INSERT = sample("maxwell", "insert.json")
 DOC_UPDATE_AS_PRINTED = sample("maxwell", "update.as-printed.txt")
@@ -80,18 +81,24 @@ def test_doc_insert_typed():
     assert c.column_types == {"id": "int", "m": "double", "c": "timestamp"}
 
 
-def test_doc_update_and_delete_need_a_position_or_the_option():
+def test_doc_update_and_delete_without_position_keep_the_kafka_order_by_default():
+    """Maxwell as it ships sends no ``position`` (``output_binlog_position`` is off): with no option
+    set the rows get the empty position (their Kafka order, ``without_position: kafka-order``);
+    under ``without_position: quarantine`` they are quarantined naming the option to set, as the
+    pipeline file spells it."""
     for doc in (DOC_UPDATE, DOC_DELETE):
-        err = parse_error(doc, primary_key=["id"])
+        err = parse_error(doc, primary_key=["id"], **QUARANTINE)
         assert err.field == "position" and str(err) == f"{FMT}: field 'position': {NO_POSITION_REASON}"
-    u = one(DOC_UPDATE, primary_key=["id"], **KAFKA_ORDER)
+        assert "set sources[].options.without_position: kafka-order" in NO_POSITION_REASON
+        assert one(doc, primary_key=["id"]) == one(doc, primary_key=["id"], **KAFKA_ORDER)
+    u = one(DOC_UPDATE, primary_key=["id"])
     assert u.op == "update" and u.source_position == ()
     assert u.after == {"id": "1", "m": "5.444", "c": "2016-10-21 05:33:54.631000", "comment": "I am a creature of light."}
     # data.merge(old): the before image
     assert u.before == {"id": "1", "m": "4.2341", "c": "2016-10-21 05:33:37.523000",
                         "comment": "I am a creature of light."}
     assert u.source_ts_ms == 1477053234000 and (u.tx_id, u.tx_seq, u.tx_last) == (None, None, None)
-    d = one(DOC_DELETE, primary_key=["id"], **KAFKA_ORDER)
+    d = one(DOC_DELETE, primary_key=["id"])
     assert d.op == "delete" and d.after is None and d.source_ts_ms is None
     assert d.before == u.after
 
@@ -131,9 +138,9 @@ def test_doc_column_types_datetime_and_sets():
 
 
 def test_doc_bootstrap_stream():
-    """Two binlog inserts (no position in the example: quarantined unless kafka-order), the
-    bootstrap's start, its two rows (snapshot) and its end."""
-    parser = get_parser(FMT, {"primary_key": ["txt"]})
+    """Two binlog inserts (no position in the example: quarantined under ``without_position:
+    quarantine``), the bootstrap's start, its two rows (snapshot) and its end."""
+    parser = get_parser(FMT, {"primary_key": ["txt"], **QUARANTINE})
     results = list(parse_all(parser, [krec(line, offset=i) for i, line in enumerate(DOC_BOOTSTRAP)]))
     kinds = [type(r).__name__ if not isinstance(r, list) else r[0].op for _, r in results]
     assert kinds == ["ParseError", "ParseError", "ControlRecord", "snapshot", "snapshot", "ControlRecord"]
@@ -141,7 +148,7 @@ def test_doc_bootstrap_stream():
     assert {r.kind for _, r in results if isinstance(r, ControlRecord)} == {"metadata"}
     snap = results[3][1][0]
     assert (snap.after, snap.source_position, snap.source_ts_ms) == ({"txt": "hello"}, BOOTSTRAP_POSITION, None)
-    ordered = list(parse_all(get_parser(FMT, {"primary_key": ["txt"], **KAFKA_ORDER}),
+    ordered = list(parse_all(get_parser(FMT, {"primary_key": ["txt"]}),  # the default: kafka-order
                              [krec(line, offset=i) for i, line in enumerate(DOC_BOOTSTRAP)]))
     inserts = [r[0] for _, r in ordered if isinstance(r, list)]
     assert [(c.op, c.source_position, c.tx_id) for c in inserts] == [
@@ -181,7 +188,9 @@ def test_position_wins_over_kafka_order_and_ts():
 
 def test_bootstrap_rows_sort_before_binlog_changes():
     snap = _at(type="bootstrap-insert", position=None, xid=None)
-    assert snap.op == "snapshot" and snap.source_position == BOOTSTRAP_POSITION < _at().source_position
+    assert snap.op == "snapshot" and snap.source_position == () < _at().source_position
+    snap = one({**ROW, "type": "bootstrap-insert", "position": None, "xid": None}, **QUARANTINE)
+    assert snap.source_position == BOOTSTRAP_POSITION < _at().source_position
     update = {**ROW, "type": "update", "data": {"id": 1, "v": "new"}, "old": {"v": "a"}}
     pairs = [(krec(update, offset=0), one(update)),
              (krec({**ROW, "type": "bootstrap-insert", "data": {"id": 1, "v": "old"}}, offset=1),
@@ -273,7 +282,7 @@ BAD = [
     ({k: v for k, v in ROW.items() if k != "primary_key_columns"}, "primary_key"),
     ({**ROW, "ts": "x"}, "ts"), ({**ROW, "ts": -1}, "ts"), ({**ROW, "ts": 1.5}, "ts"),
     ({**ROW, "xid": "x"}, "xid"), ({**ROW, "xoffset": -1}, "xoffset"), ({**ROW, "commit": "true"}, "commit"),
-    ({**ROW, "position": None}, "position"), ({**ROW, "position": "mysql-bin"}, "position"),
+    ({**ROW, "position": "mysql-bin"}, "position"),
     ({**ROW, "position": "mysql-bin.x:5"}, "position"), ({**ROW, "position": "mysql-bin.000001:x"}, "position"),
     ({**ROW, "position": 5}, "position"),
 ]
@@ -288,14 +297,25 @@ def test_malformed_records_name_format_and_field(value, field):
     assert isinstance(result, ParseError)
 
 
+def test_a_row_without_position_is_quarantined_only_under_the_quarantine_option():
+    for row in ({**ROW, "position": None}, {k: v for k, v in ROW.items() if k != "position"}):
+        assert one(row).source_position == ()
+        err = parse_error(row, **QUARANTINE)
+        assert err.field == "position" and NO_POSITION_REASON in str(err)
+        [(_, result)] = parse_all(get_parser(FMT, QUARANTINE), [krec(row)])
+        assert isinstance(result, ParseError)
+
+
 def test_typed_value_that_does_not_fit():
     err = parse_error({**ROW, "data": {"id": 1, "v": "abc"}}, column_types={"v": "int"})
     assert err.field == "data.v" and "cannot read 'abc'" in str(err)
 
 
 def test_options():
-    with pytest.raises(ValueError, match="without_position"):
+    with pytest.raises(ValueError, match=r"^sources\[\]\.options\.without_position must be one of kafka-order, "
+                                         r"quarantine, got 'guess'$"):
         get_parser(FMT, {"without_position": "guess"})
+    assert get_parser(FMT).kafka_order and get_parser(FMT, {"without_position": None}).kafka_order
     parser = get_parser(FMT, {**KAFKA_ORDER, "primary_key": ["id"]})
     copy = pickle.loads(pickle.dumps(parser))
     assert copy.kafka_order and copy.parse(krec(DOC_UPDATE)) == parser.parse(krec(DOC_UPDATE))

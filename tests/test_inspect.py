@@ -157,3 +157,52 @@ def test_what_inspect_reports_without_a_broker():
     doc = yaml.safe_load(pipeline_text([dms]))
     assert doc["sources"][0]["options"]["column_types"]["products"] == {
         "id": "bigint", "price": "decimal(38,2)", "weight": "double", "stock": "bigint", "code": "binary"}
+
+
+def test_maxwell_without_position_gets_the_kafka_order_option_and_why(tmp_path):
+    """A Maxwell topic as Maxwell ships it (``output_binlog_position`` off: no row carries
+    ``position``): the report says positions are absent, and the printed source sets
+    ``options: {without_position: kafka-order}`` with a comment saying why that order is binlog
+    order (Maxwell's default partitioning by database keeps each key in one partition); the file
+    loads and its options build the parser. A topic with positions gets no such option."""
+    import json
+
+    from helpers import landed
+
+    from cdclake.formats import get_parser
+    from cdclake.inspection import inspect_records, pipeline_text
+    from cdclake.sim.render import Message
+
+    src = sim.SimulatedSource(seed=5, start=H0, hours=1)
+    history = src.run()
+    (wire,) = [w for w in WIRE_FORMATS if w.format == "maxwell-json"]
+    messages = wire.messages(history, src.tables)
+    stripped = []
+    for m in messages:
+        doc = json.loads(m.value)
+        doc.pop("position", None) if doc["type"] in ("insert", "update", "delete") else None
+        stripped.append(Message(m.key, json.dumps(doc).encode(), m.timestamp_ms, m.partition))
+    base = {"kafka": {"bootstrap_servers": "127.0.0.1:9"}, "catalog": {"uri": "jdbc:sqlite:/tmp/x.db",
+                                                                        "warehouse": "file:///tmp/w"}}
+
+    seen = inspect_records("t", landed(stripped, topic="t"))
+    assert seen.format == "maxwell-json" and not seen.errors
+    rows = sum(1 for m in stripped if json.loads(m.value)["type"] in ("insert", "update", "delete"))
+    assert seen.without_position == {"maxwell-json": rows} and seen.changes["maxwell-json"] == rows
+    text = pipeline_text([seen], base)
+    assert (f"#   source positions: absent from {rows} of {rows} maxwell-json changes (snapshot rows left out): "
+            "ordered by Kafka partition and offset") in text
+    comment = [line.strip() for line in text.splitlines() if line.startswith("      # ")]
+    assert "output_binlog_position is off by default" in " ".join(comment)
+    assert "producer_partition_by=database" in " ".join(comment), comment
+    (source,) = yaml.safe_load(text)["sources"]
+    assert source["options"]["without_position"] == "kafka-order"
+    path = tmp_path / "maxwell.yaml"
+    path.write_text(text)
+    cfg = load_pipeline(path)
+    assert cfg.sources[0].options["without_position"] == "kafka-order"
+    assert get_parser(cfg.sources[0].format, cfg.sources[0].parser_options()).kafka_order
+
+    with_positions = inspect_records("t", landed(messages, topic="t"))
+    assert not with_positions.without_position and "without_position" not in with_positions.options
+    assert "absent from" not in pipeline_text([with_positions], base)

@@ -322,3 +322,88 @@ def test_a_bloom_filter_of_the_batch_keys_changes_no_merge(stack, spark, unique)
     assert filtered >= 3  # the MERGEs of the second and third hours (three tables each) were filtered
     for t in ("customers", "products", "orders"):
         assert silver_rows(spark, bloom, f"shop__{t}", meta=True) == silver_rows(spark, plain, f"shop__{t}", meta=True), t
+
+
+def maxwell_row(op: str, id_: int, value=None, ts: int = 1704067200) -> str:
+    """A Maxwell row of table ``shop.t`` as Maxwell ships (``output_binlog_position`` off: no ``position``)."""
+    return json.dumps({"database": "shop", "table": "t", "type": op, "ts": ts, "xid": 7000 + id_, "commit": True,
+                       "data": {"id": id_, "v": value}, "primary_key_columns": ["id"]})
+
+
+def deliver_to(stack, topic: str, partitions: int, sends: list[tuple[int, int, str]]) -> None:
+    """``(hour, partition, value)`` sends to a new topic of ``partitions`` partitions, in list order."""
+    create_topic(stack["bootstrap"], topic, partitions)
+    produce(stack["bootstrap"], topic, [Message(None, v.encode(), ms(hour(h)) + 1000 + i, p)
+                                        for i, (h, p, v) in enumerate(sends)])
+
+
+def maxwell_pipeline(topic: str, ns: str, **silver) -> str:
+    """A ``maxwell-json`` source with no option set (``without_position`` takes its default)."""
+    return write_pipeline(ns, [{"topic": topic, "format": "maxwell-json"}], silver={"namespace": ns, **silver})
+
+
+def test_changes_without_position_keep_the_kafka_order_of_their_partition(stack, spark, unique):
+    """Maxwell as it ships (no ``position``, the producer partitioning by database or primary key):
+    each key's changes in one partition, several keys over two partitions and two hours, no option
+    set: silver follows each partition's order, across hours too (hard and soft delete)."""
+    topic = f"sem.nopos.{unique}"
+    deliver_to(stack, topic, 2, [
+        (0, 1, maxwell_row("insert", 1, "a")), (0, 0, maxwell_row("insert", 2, "b")),
+        (0, 1, maxwell_row("update", 1, "a2")), (0, 0, maxwell_row("insert", 3, "c")),
+        (1, 0, maxwell_row("update", 2, "b2")), (1, 1, maxwell_row("update", 1, "a3")),
+        (1, 0, maxwell_row("delete", 3, "c")), (1, 0, maxwell_row("insert", 4, "d"))])
+    for mode in ("hard", "soft"):
+        path = maxwell_pipeline(topic, f"sem_nopos_{mode}_{unique}", delete_mode=mode)
+        run_window(spark, path, 0, 1)
+        assert state(spark, path, "shop__t") == {1: "a2", 2: "b", 3: "c"}
+        run_window(spark, path, 1, 2)
+        live = {r["id"]: r["v"] for r in silver_rows(spark, path, "shop__t", meta=True) if not r.get("_cdc_deleted")}
+        assert {int(k): v for k, v in live.items()} == {1: "a3", 2: "b2", 4: "d"}, mode
+
+
+def test_a_keys_changes_without_position_over_two_partitions_fail_silver_naming_the_option(stack, spark, unique):
+    """Changes of one key without a source position in two Kafka partitions (Maxwell's
+    ``producer_partition_by=random``, an AWS DMS key spread over partitions) have no known order:
+    silver fails the table, naming it, the key, both partitions and the option, in one batch, and
+    against the silver row of an earlier hour (a later change in a lower-numbered partition, which
+    the partition-then-offset order would take as older and drop). Hard-delete mode: a key's
+    tombstone counts as one of its changes. Other tables merge."""
+    from cdclake.errors import SilverError
+
+    topic = f"sem.spread.{unique}"
+    other = json.dumps({"database": "shop", "table": "u", "type": "insert", "ts": 1704067200, "xid": 1,
+                        "data": {"id": 9, "v": "ok"}, "primary_key_columns": ["id"]})
+    deliver_to(stack, topic, 2, [
+        (0, 0, maxwell_row("insert", 1, "a")), (0, 1, maxwell_row("update", 1, "b")), (0, 1, other)])
+    path = maxwell_pipeline(topic, f"sem_spread_{unique}")
+    with pytest.raises(SilverError) as err:
+        run_window(spark, path, 0, 1)
+    text = str(err.value)
+    assert text.startswith("1 table(s) not merged: ") and "shop__t" in text and "shop__u" not in text, text
+    assert "key (id=1) has changes without a source position in Kafka partitions 0 and 1" in text, text
+    assert "sources[].options.without_position" in text and "producer_partition_by" in text, text
+    assert state(spark, path, "shop__u") == {9: "ok"}
+
+    # across hours: the silver row's latest change (partition 1) and a later one in partition 0
+    later = f"sem.spread2.{unique}"
+    deliver_to(stack, later, 2, [(0, 1, maxwell_row("insert", 1, "a")), (1, 0, maxwell_row("update", 1, "b"))])
+    for mode in ("hard", "soft"):
+        path = maxwell_pipeline(later, f"sem_spread2_{mode}_{unique}", delete_mode=mode)
+        run_window(spark, path, 0, 1)
+        assert state(spark, path, "shop__t") == {1: "a"}
+        with pytest.raises(SilverError, match=r"shop__t.*key \(id=1\) has a change without a source position in "
+                                              r"Kafka partition 0, and its silver row was last changed without one in "
+                                              r"partition 1.*sources\[\]\.options\.without_position"):
+            run_window(spark, path, 1, 2)
+        assert state(spark, path, "shop__t") == {1: "a"}  # nothing applied in an arbitrary order
+
+    # hard-delete mode: the key's tombstone (partition 1) and a later insert in partition 0
+    deleted = f"sem.spread3.{unique}"
+    deliver_to(stack, deleted, 2, [(0, 1, maxwell_row("insert", 1, "a")), (0, 1, maxwell_row("delete", 1, "a")),
+                                   (1, 0, maxwell_row("insert", 1, "again"))])
+    path = maxwell_pipeline(deleted, f"sem_spread3_{unique}")
+    run_window(spark, path, 0, 1)
+    assert state(spark, path, "shop__t") == {}
+    with pytest.raises(SilverError, match=r"key \(id=1\) has changes without a source position in Kafka partitions "
+                                          r"0 and 1"):
+        run_window(spark, path, 1, 2)

@@ -22,7 +22,14 @@ to confirm:
   and for columns whose carried type is coarser than their values (CDL's decimals as ``string``,
   DataWorks' ``DOUBLE``/``DATE``, DTS's decimal precision per value): the type the values show
   (:func:`guess_type`: integers, fixed-scale decimals, doubles, dates, timestamps, Base64 or
-  ``0x`` hex binaries, booleans, else string). A decimal's precision is a guess (38).
+  ``0x`` hex binaries, booleans, else string). A decimal's precision is a guess (38);
+- ``without_position: kafka-order`` (the default, written out) for a ``maxwell-json`` topic
+  whose rows carry no ``position`` (Maxwell's ``output_binlog_position`` is off by default),
+  with a comment saying why their Kafka order is binlog order: Maxwell's default
+  ``producer_partition_by=database`` keeps each key in one partition, in binlog order (silver
+  fails naming a key where it does not).
+
+The report says how many changes (snapshot rows left out) carry no source position, per format.
 
 A topic whose records are in several formats gets ``format: auto``. ``--pipeline P`` takes the
 ``kafka``, ``catalog`` and ``silver`` sections (as written, ``${VAR}`` kept) and the source's
@@ -174,6 +181,9 @@ class TopicSeen:
     controls: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
     positions: list = field(default_factory=list)
+    changes: Counter = field(default_factory=Counter)        # format → changes (snapshot rows left out)
+    without_position: Counter = field(default_factory=Counter)  # format → those without a source position
+    proposed: dict = field(default_factory=dict)             # option → comment lines (set by inspect)
 
 
 def sample(bootstrap: str, topic: str, n: int, client: Optional[dict] = None,
@@ -245,6 +255,14 @@ def _dms_keys(records: list[KafkaRecord]) -> dict:
     return {t: k for t, k in keys.items() if k and all(isinstance(c, str) for c in k)}
 
 
+#: The comment on the ``without_position: kafka-order`` inspect writes out for Maxwell rows without
+#: ``position``.
+MAXWELL_KAFKA_ORDER = (
+    "the maxwell-json rows carry no position (Maxwell's output_binlog_position is off by default):",
+    "they are ordered by Kafka partition and offset, which is binlog order while each key's changes",
+    "reach one partition, as Maxwell's default producer_partition_by=database (or table, primary_key)",
+    "keeps them; under random or column partitioning silver fails naming a key: confirm")
+
 #: The formats whose values name a schema in a schema registry (Confluent's wire format).
 REGISTRY_FORMATS = ("debezium-avro", "debezium-jsonschema")
 
@@ -303,6 +321,13 @@ def inspect_records(topic: str, records: list[KafkaRecord], options: Optional[di
                 seen.tables.setdefault(key, TableSeen(*key)).add(c, raw)
                 if c.source_position:
                     seen.positions.append(tuple(c.source_position))
+                if c.op != "snapshot":
+                    seen.changes[c.source_format] += 1
+                    if not c.source_position:
+                        seen.without_position[c.source_format] += 1
+    if seen.without_position["maxwell-json"] and "without_position" not in opts:
+        seen.options["without_position"] = "kafka-order"
+        seen.proposed["without_position"] = MAXWELL_KAFKA_ORDER
     return seen
 
 
@@ -360,6 +385,9 @@ def report_lines(seen: TopicSeen) -> list[str]:
         lines.append(f"  quarantined ({n}): {reason}")
     if seen.positions:
         lines.append(f"  source positions: first {list(min(seen.positions))}, last {list(max(seen.positions))}")
+    for fmt, n in sorted(seen.without_position.items()):
+        lines.append(f"  source positions: absent from {n} of {seen.changes[fmt]} {fmt} changes (snapshot rows left "
+                     "out): ordered by Kafka partition and offset, one partition per key needed")
     for t in sorted(seen.tables.values(), key=lambda x: x.name):
         lines.append(f"  table {t.name}: " + ", ".join(f"{op} {n}" for op, n in t.ops.most_common()))
         keys = [list(k) for k, _ in t.keys.most_common()]
@@ -397,6 +425,7 @@ def source_entry(seen: TopicSeen, prefix: Optional[str] = None) -> list[str]:
     if extra or types:
         out.append("    options:")
         for k, v in extra.items():
+            out += [f"      # {line}" for line in seen.proposed.get(k, ())]
             out.append(f"      {k}: {_flow(v)}" + ("  # the field updates carry their before image in: confirm"
                                                    if k == "before_image_field" else ""))
         if types:

@@ -83,7 +83,9 @@ a constant partition key. It cannot be guaranteed when one key's changes are spr
 partitions (an update that changes the primary key under ``primary-key`` partitioning, an
 ``attribute-name`` partition key that is not the primary key, a topic whose partition count
 changed while DMS wrote to it), nor with ``ParallelApplyThreads``, for which the document does
-not say that one key's changes keep their order across threads. ``transaction-id`` and
+not say that one key's changes keep their order across threads. A key whose changes come from two
+partitions fails its silver table, naming the key (:mod:`cdclake.silver.order`), rather than be
+applied in an arbitrary order. ``transaction-id`` and
 ``transaction-record-id`` are kept as ``tx_id``/``tx_seq`` (grouping and order inside one
 transaction), never used to order transactions.
 
@@ -129,7 +131,7 @@ TRUNCATE_OPS = frozenset({"truncate-table"})
 MEMBERS = frozenset({"data", "metadata", "control"})
 _CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _HEX_RE = re.compile(r"(?:[0-9a-fA-F]{2})*")
-_DELETE_HINT = "the deleted row does not carry them; check the configured primary_key"
+_DELETE_HINT = "the deleted row does not carry them; check sources[].primary_key or sources[].primary_keys"
 
 
 def operation_name(value: Any, field_name: str = "metadata.operation") -> str:
@@ -201,15 +203,16 @@ class AwsDmsJsonParser(FormatParser):
         opts = dict(options or {})
         field = opts.get("before_image_field")
         if field is not None and (not isinstance(field, str) or not field or field in MEMBERS):
-            raise ValueError(f"option before_image_field must be a field name other than data, metadata and "
-                             f"control, got {field!r}")
+            raise ValueError(f"sources[].options.before_image_field must be a field name other than data, metadata "
+                             f"and control, got {field!r}")
         prefix, suffix = opts.get("before_image_prefix", "BI_"), opts.get("before_image_suffix", "")
         prefix, suffix = prefix or "", suffix or ""
         if not isinstance(prefix, str) or not isinstance(suffix, str):
-            raise ValueError("options before_image_prefix and before_image_suffix must be text")
+            raise ValueError("sources[].options.before_image_prefix and sources[].options.before_image_suffix "
+                             "must be text")
         no_hex = opts.get("no_hex_prefix", False)
         if not isinstance(no_hex, bool):
-            raise ValueError(f"option no_hex_prefix must be true or false, got {no_hex!r}")
+            raise ValueError(f"sources[].options.no_hex_prefix must be true or false, got {no_hex!r}")
         self.before_image_field: Optional[str] = field
         self.before_image_affixes: Optional[tuple[str, str]] = (prefix, suffix) if prefix or suffix else None
         self.no_hex_prefix = no_hex
@@ -259,7 +262,8 @@ class AwsDmsJsonParser(FormatParser):
         meta = json_object(FORMAT, msg.get("metadata"), "metadata", missing="missing metadata block")
         for member in msg:
             if member not in MEMBERS and member != self.before_image_field:
-                hint = "" if self.before_image_field else " (a BeforeImageSettings FieldName: set before_image_field)"
+                hint = "" if self.before_image_field else (" (a BeforeImageSettings FieldName: set "
+                                                           "sources[].options.before_image_field)")
                 raise ParseError(FORMAT, f"unknown member {member!r}{hint}", str(member))
         return Event(record, msg, source=meta)
 

@@ -53,23 +53,30 @@ has landed (:mod:`cdclake.silver.transactions`): its topic must carry whole tran
 a ``kafka_topic`` per table (``%{database}_%{table}``) does not for transactions over several
 tables (Maxwell marks the transaction's last row only).
 
-Records without ``position``: Maxwell sends none unless started with
-``output_binlog_position=true`` (its default is off), and ``ts`` has second precision and is
-no order. Such a row cannot be ordered from the record itself, so by default it is a
-:class:`ParseError` (field ``position``) naming the Maxwell option to set. A source whose topic
-carries no positions at all, where each key's changes reach one partition in binlog order
-(``producer_partition_by`` ``database``, ``table`` or ``primary_key``, Maxwell's default being
-``database``), may set the option ``without_position: kafka-order``: its rows then get the
-empty position ``()`` and keep their Kafka order, as SharePlex records without ``scn`` do.
-Mixing rows with and without positions in one topic under that option orders every row without
-one before every row with one.
+Records without ``position`` (option ``sources[].options.without_position``). Maxwell as it ships
+sends none: ``output_binlog_position`` is off by default, and ``ts`` has second precision and is
+no order. Maxwell's producer partitions by database by default (``producer_partition_by=database``;
+``table`` and ``primary_key`` also keep each key in one partition) and writes each partition in
+binlog order, so such a row is ordered by its Kafka order: by default (``kafka-order``) it gets
+the empty position ``()`` and keeps its Kafka partition and offset, as SharePlex records without
+``scn`` and every AWS DMS record do. That order holds only while each key's changes reach one
+partition; where they do not (``producer_partition_by`` ``random`` or ``column``, a topic whose
+partition count changed), silver fails the table naming a key, its partitions and this option
+(:mod:`cdclake.silver.order`) rather than apply the changes in an arbitrary order. With
+``without_position: quarantine`` such a row is a :class:`ParseError` (field ``position``) naming
+the Maxwell option to set (``output_binlog_position=true``). Rows with and without positions in
+one topic order every row without one before every row with one: right when
+``output_binlog_position`` is turned on later, wrong when it is turned off (the new rows would
+sort before the rows with positions already applied), so a topic that had positions should set
+``without_position: quarantine``.
 
 Bootstrap rows (``bootstrap-insert``) carry no position: Maxwell reads the table while it goes
 on replicating, and sends the changes made since the bootstrap started after
-``bootstrap-complete``. A bootstrap row gets the zero position ``(0, 0, 0, 0)`` (``()`` under
-``without_position: kafka-order``), which sorts before every binlog change, so that a row read
-by the bootstrap never overrides a change of the binlog (the bootstrap's state is the binlog's
-at some point, and every later change follows).
+``bootstrap-complete``. A bootstrap row gets the empty position ``()`` (``(0, 0, 0, 0)`` under
+``without_position: quarantine``), which sorts before every binlog change with a position and,
+among rows without one, keeps its Kafka order, so that a row read by the bootstrap never
+overrides a later change of the binlog (the bootstrap's state is the binlog's at some point, and
+every later change follows).
 
 Primary key: configured (``primary_key``/``primary_keys``) → ``primary_key_columns`` → the
 Kafka key. Maxwell's default Kafka key is ``{"database": ..., "table": ..., "pk.<column>":
@@ -87,8 +94,8 @@ configures them (a configured ``binary`` column reads the Base64 text, ``timesta
 datetime text as UTC, ``decimal(p,s)`` the exact number).
 
 Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key``,
-``primary_keys``, ``column_types``) and ``without_position`` (``quarantine``, the default, or
-``kafka-order``; ``ValueError`` for another value).
+``primary_keys``, ``column_types``) and ``without_position`` (``kafka-order``, the default, or
+``quarantine``; ``ValueError`` for another value).
 """
 from __future__ import annotations
 
@@ -117,14 +124,14 @@ CONTROL_TYPES = {
     "database-create": "ddl", "database-alter": "ddl", "database-drop": "ddl",
     "table-create": "ddl", "table-alter": "ddl", "table-drop": "ddl",
 }
-#: The values of the ``without_position`` option.
-WITHOUT_POSITION = ("quarantine", "kafka-order")
-#: The position of a bootstrap row: before every binlog change.
+#: The values of the ``without_position`` option (``sources[].options.without_position``), the default first.
+WITHOUT_POSITION = ("kafka-order", "quarantine")
+#: The position of a bootstrap row under ``without_position: quarantine``: before every binlog change.
 BOOTSTRAP_POSITION = (0, 0, 0, 0)
-NO_POSITION_REASON = ("no binlog position: start Maxwell with output_binlog_position=true, or set the source "
-                      "option without_position: kafka-order when each key's changes reach one partition in "
-                      "binlog order")
-_DELETE_HINT = "the deleted row does not carry them; check the configured primary_key"
+NO_POSITION_REASON = ("no binlog position: start Maxwell with output_binlog_position=true, or set "
+                      "sources[].options.without_position: kafka-order (the default) when each key's changes "
+                      "reach one partition in binlog order")
+_DELETE_HINT = "the deleted row does not carry them; check sources[].primary_key or sources[].primary_keys"
 _DECODER = json.JSONDecoder(parse_float=Decimal)
 #: The fast path's decoder: numbers with a fraction or exponent as ``Decimal``, as :func:`load_value`.
 FAST_JSON = msgspec.json.Decoder(float_hook=Decimal)
@@ -242,7 +249,7 @@ class MaxwellJsonParser(FormatParser):
     a ``primary_key_columns`` that is not a list of names, no resolvable primary key
     (``primary_key``), a delete whose row lacks a key column (``data``), an unreadable ``ts``,
     ``xid``, ``xoffset``, ``commit`` or ``position``, and a binlog row without ``position``
-    unless ``without_position: kafka-order`` (``position``, see the module docstring).
+    under ``without_position: quarantine`` (``position``, see the module docstring).
     """
 
     format_name = FORMAT
@@ -251,9 +258,10 @@ class MaxwellJsonParser(FormatParser):
     STEPS = ("table", "column_types", "primary_key", "images", "position")
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None):
-        mode = (options or {}).get("without_position") or "quarantine"
+        mode = (options or {}).get("without_position") or WITHOUT_POSITION[0]
         if mode not in WITHOUT_POSITION:
-            raise ValueError(f"option without_position must be one of {', '.join(WITHOUT_POSITION)}, got {mode!r}")
+            raise ValueError(f"sources[].options.without_position must be one of {', '.join(WITHOUT_POSITION)}, "
+                             f"got {mode!r}")
         self.kafka_order = mode == "kafka-order"
         super().__init__(options)
 

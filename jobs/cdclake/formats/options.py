@@ -21,7 +21,7 @@ def _names(value: Any, what: str) -> Optional[list[str]]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"option {what} must be a list of column names, got {value!r}")
+        raise ValueError(f"sources[].{what} must be a list of column names, got {value!r}")
     return list(value) or None
 
 
@@ -57,11 +57,11 @@ class SourceOptions:
         self.primary_key = _names(options.get("primary_key"), "primary_key")
         per_table = options.get("primary_keys") or {}
         if not isinstance(per_table, Mapping):
-            raise ValueError(f"option primary_keys must map table names to column lists, got {per_table!r}")
+            raise ValueError(f"sources[].primary_keys must map table names to column lists, got {per_table!r}")
         self.primary_keys = {str(t): _names(cols, f"primary_keys[{t!r}]") for t, cols in per_table.items()}
         types = options.get("column_types") or {}
         if not isinstance(types, Mapping):
-            raise ValueError(f"option column_types must be a mapping, got {types!r}")
+            raise ValueError(f"sources[].options.column_types must be a mapping, got {types!r}")
         self.types_all: dict[str, str] = {}
         self.types_by_table: dict[str, dict[str, str]] = {}
         for name, value in types.items():

@@ -79,7 +79,7 @@ OPS = {
 }
 CONTROL_OPS = {"DROP COLUMN": "ddl", "UPDATE BEFORE": "metadata"}
 _IDX_RE = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]+)\s*$")
-_DELETE_HINT = "the deleted row does not carry them; check the configured primary_key"
+_DELETE_HINT = "the deleted row does not carry them; check sources[].primary_key or sources[].primary_keys"
 #: Entries kept per parser in each of the fast path's caches (operations with their
 #: tables, commit times, Kafka keys); past that, a cache starts anew.
 _MAX_KEPT = 65536

@@ -5,6 +5,10 @@ the new key: its after image is completed with the old row's other columns (:fun
 along chains of moves too. A change of a key older than a move of that key merged by an earlier
 batch arrives late: the landed changes of the keys on the move's chain are replayed with the
 batch (:func:`replay_rows`), so the late change reaches the key the row lives under now.
+
+A key whose changes without a source position come from more than one Kafka partition has no
+known order: :func:`check_kafka_order` fails its table before the MERGE (see
+:mod:`cdclake.silver.order`).
 """
 from __future__ import annotations
 
@@ -14,8 +18,10 @@ from typing import TYPE_CHECKING, Optional
 from cdclake import types as T
 from cdclake.catalog import materialize
 from cdclake.config import PipelineConfig
+from cdclake.errors import SilverError
 from cdclake.lake import LAST_CHANGE_COLUMNS, SOFT_DELETE_COLUMN, SourceTable, table_exists, tombstone_table
-from cdclake.silver.order import BRONZE, STORED_ROW, in_struct, latest_change
+from cdclake.silver.order import (BRONZE, KAFKA_ORDER_HINT, STORED_ROW, UNORDERED_PARTITIONS, in_struct,
+                                  latest_change)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -330,3 +336,53 @@ def has_moves(keyed: "DataFrame") -> bool:
     from pyspark.sql import functions as F
 
     return bool(keyed.where(F.col("_kind") == "move").take(1))
+
+
+def kafka_order_stats(nkeys: int) -> list:
+    """Aggregates over a collapsed batch (:func:`cdclake.silver.merge.collapse`, its
+    :data:`cdclake.silver.order.UNORDERED_PARTITIONS`) for :func:`check_kafka_order`, computed by
+    the query that counts the batch's upserts and deletes: ``_unordered`` (a key has a change
+    without a source position) and ``_spread`` (a key whose changes without one come from two
+    partitions: its ``_k0.._kN``, least and greatest partition; null: none)."""
+    from pyspark.sql import functions as F
+
+    lo, hi = (F.col(c) for c in UNORDERED_PARTITIONS)
+    spread = F.struct(*[F.col(f"_k{i}") for i in range(nkeys)], lo.alias("lo"), hi.alias("hi"))
+    return [F.max(lo.isNotNull()).alias("_unordered"),
+            F.first(F.when(lo != hi, spread), ignorenulls=True).alias("_spread")]
+
+
+def _key_named(pk: list[str], values) -> str:
+    return ", ".join(f"{k}={str(v)[:100]}" for k, v in zip(pk, values))
+
+
+def check_kafka_order(spark: "SparkSession", name: str, src: "DataFrame", stats: list, pk: list[str],
+                      types: dict[str, str], into_empty: bool = False) -> None:
+    """Raise :class:`SilverError` when a key of the collapsed batch ``src`` (to be merged into
+    silver table ``name``) has changes without a source position from more than one Kafka
+    partition, whose order is unknown (:mod:`cdclake.silver.order`): in the batch (``stats``: the
+    rows of :func:`kafka_order_stats`; hard-delete mode's tombstones are among a key's changes),
+    or against the silver row, whose latest change was made without a position in another
+    partition (read only when the batch has changes without a position and ``name`` has rows:
+    not ``into_empty``). The message names the table, the key, the partitions and the settings
+    that fix it (:data:`cdclake.silver.order.KAFKA_ORDER_HINT`)."""
+    from pyspark.sql import functions as F
+
+    spread = next((r["_spread"] for r in stats if r["_spread"] is not None), None)
+    if spread is not None:
+        raise SilverError(f"silver table {name}: key ({_key_named(pk, spread[:len(pk)])}) has changes without a "
+                          f"source position in Kafka partitions {spread['lo']} and {spread['hi']}: their order is "
+                          f"unknown, so none is applied; {KAFKA_ORDER_HINT}")
+    if into_empty or not any(r["_unordered"] for r in stats):
+        return
+    keys = [f"_k{i}" for i in range(len(pk))]
+    stored = spark.sql(f"SELECT {_key_text(pk, types)}, _cdc_kafka_partition AS _skp FROM {name} "
+                       "WHERE size(_cdc_position) = 0")
+    lo = UNORDERED_PARTITIONS[0]
+    bad = (src.where(F.col(lo).isNotNull()).select(*keys, lo).join(stored, keys)
+           .where(F.col("_skp") != F.col(lo)).first())
+    if bad is not None:
+        raise SilverError(f"silver table {name}: key ({_key_named(pk, [bad[k] for k in keys])}) has a change without "
+                          f"a source position in Kafka partition {bad[lo]}, and its silver row was last changed "
+                          f"without one in partition {bad['_skp']}: their order is unknown, so none is applied; "
+                          f"{KAFKA_ORDER_HINT}")

@@ -16,7 +16,8 @@ from cdclake.catalog import materialize, temp_view
 from cdclake.config import PipelineConfig
 from cdclake.faults import kill_point
 from cdclake.lake import LAST_CHANGE_COLUMNS, META_COLUMNS, ORDER_TYPE, SOFT_DELETE_COLUMN
-from cdclake.silver.order import in_struct, latest_change, literal
+from cdclake.silver.keys import check_kafka_order, kafka_order_stats
+from cdclake.silver.order import UNORDERED_PARTITIONS, in_struct, latest_change, literal, unordered_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,7 +71,7 @@ def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None,
         F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS, "_img", o3.alias("_o3")),
                  F.col("_ord")).alias("_last"),
         F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).alias("_rst"), F.max("_ord").alias("_lord"),
-        F.min(F.map_keys("_img")).alias("_cmin"), F.max(F.map_keys("_img")).alias("_cmax")))
+        F.min(F.map_keys("_img")).alias("_cmin"), F.max(F.map_keys("_img")).alias("_cmax"), *unordered_partitions()))
     latest_only = (F.col("_last._kind") != "update") | (F.col("_last._img").isNotNull()
                                                         & (F.col("_cmin") == F.col("_cmax")))
     img = F.col("_last._img")
@@ -98,8 +99,10 @@ def collapse_by_column(rows: "DataFrame", nkeys: int, columns: Optional[list[str
     reset that carries it), ``_ords`` (map<string, order>: the order of that change per column),
     ``_last_order`` (order of the latest change), ``_before`` (the before image of the latest
     change when it is a delete, else null: :func:`deletes_before`),
-    ``_tomb`` (the latest change is a recorded tombstone: nothing new), and the
-    :data:`cdclake.lake.LAST_CHANGE_COLUMNS` of the latest change.
+    ``_tomb`` (the latest change is a recorded tombstone: nothing new), the
+    :data:`cdclake.lake.LAST_CHANGE_COLUMNS` of the latest change, and ``_kp_lo``/``_kp_hi``
+    (the least and greatest Kafka partition of its changes without a source position, null when
+    none: :func:`cdclake.silver.order.unordered_partitions`).
 
     ``columns``: every column an image may carry that counts (the silver table's; ``_img`` and
     ``_ords`` hold no other). Given, and at most :data:`MAX_COLUMN_AGGREGATES`, the batch collapses
@@ -125,7 +128,7 @@ def collapse_by_column(rows: "DataFrame", nkeys: int, columns: Optional[list[str
 
     per_key = rows.groupBy(*keys).agg(
         F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS), F.col("_ord")).alias("_last"),
-        F.max(F.when(is_reset, F.col("_ord"))).alias("_rst"), F.max("_ord").alias("_lord"),
+        F.max(F.when(is_reset, F.col("_ord"))).alias("_rst"), F.max("_ord").alias("_lord"), *unordered_partitions(),
         *[latest(c).alias(f"_c{i}") for i, c in enumerate(columns)])
     # the carried ones (a column no change of the key carries, or its reset left out, has no entry)
     kept = F.filter(F.array(*[F.struct(F.lit(c).alias("c"), F.col(f"_c{i}.has").alias("has"),
@@ -161,7 +164,7 @@ def _collapsed(per_key: "DataFrame", keys: list[str], img, ords) -> "DataFrame":
         F.coalesce(img, F.create_map().cast("map<string,string>")).alias("_img"),
         F.coalesce(ords, F.create_map().cast(f"map<string,{ORDER_TYPE}>")).alias("_ords"),
         F.col("_last._before").alias("_before"), F.col("_last._tomb").alias("_tomb"),
-        *[F.col(f"_last.{c}").alias(c) for c in LAST_CHANGE_COLUMNS])
+        *[F.col(f"_last.{c}").alias(c) for c in LAST_CHANGE_COLUMNS], *UNORDERED_PARTITIONS)
 
 
 def collapse_exploded(rows: "DataFrame", nkeys: int) -> "DataFrame":
@@ -177,7 +180,7 @@ def collapse_exploded(rows: "DataFrame", nkeys: int) -> "DataFrame":
     rows = rows.withColumn("_rst", F.max(F.when(F.col("_kind") != "update", F.col("_ord"))).over(w))
     last = rows.groupBy(*keys).agg(
         F.max_by(F.struct("_kind", "_before", "_tomb", *LAST_CHANGE_COLUMNS), F.col("_ord")).alias("_last"),
-        F.max("_rst").alias("_rst"), F.max("_ord").alias("_lord"))
+        F.max("_rst").alias("_rst"), F.max("_ord").alias("_lord"), *unordered_partitions())
     o3 = in_struct("_ord").column()
     img = (rows.where((F.col("_kind") != "delete") & (F.col("_rst").isNull() | (F.col("_ord") >= F.col("_rst"))))
            .select(*keys, "_ord", o3.alias("_o3"), F.explode("_img").alias("_c", "_v"))
@@ -288,7 +291,8 @@ def merge_source(keyed: "DataFrame", nkeys: int, truncated_at: Optional[tuple],
     its rows."""
     from pyspark.sql import functions as F
 
-    src = collapse(keyed, nkeys, columns, by_column).where(~F.col("_tomb"))
+    # a key whose changes without a position span partitions stays, for check_kafka_order to name
+    src = collapse(keyed, nkeys, columns, by_column).where(~F.col("_tomb") | (F.col("_kp_lo") != F.col("_kp_hi")))
     if truncated_at is not None:  # a truncate is a reset of every key
         src = src.withColumn("_reset", F.greatest(F.col("_reset"), literal(truncated_at).column()))
     return src
@@ -301,7 +305,9 @@ def merge_into(spark: "SparkSession", cfg: PipelineConfig, name: str, src: "Data
     :func:`merge_view` of ``name``; return the keys it upserts and deletes, ``{"upsert": n, "delete": n}``."""
     from pyspark.sql import functions as F
 
-    counts = {r["_op"]: r["n"] for r in src.groupBy("_op").agg(F.count("*").alias("n")).collect()}
+    stats = src.groupBy("_op").agg(F.count("*").alias("n"), *kafka_order_stats(len(pk))).collect()
+    check_kafka_order(spark, name, src, stats, pk, types, into_empty)  # changes without positions: one partition
+    counts = {r["_op"]: r["n"] for r in stats}
     view = merge_view(name)
     src.createOrReplaceTempView(view)
     spark.sql(merge_sql(cfg, name, view, pk, types, into_empty))

@@ -93,7 +93,7 @@ class QlikParser(FormatParser, SchemaAwareParser):
         super().__init__(self._raw_options)
         table_opt = self._raw_options.get("table")
         if table_opt is not None and (not isinstance(table_opt, str) or not table_opt.strip()):
-            raise ValueError(f"option table must be 'schema.table' or 'table', got {table_opt!r}")
+            raise ValueError(f"sources[].options.table must be 'schema.table' or 'table', got {table_opt!r}")
         self.default_table: Optional[tuple] = None
         if table_opt:
             parts = table_opt.strip().rsplit(".", 1)
@@ -240,7 +240,8 @@ class QlikParser(FormatParser, SchemaAwareParser):
         event.primary_key = list(override or table.primary_key)
         if not event.primary_key:
             raise ParseError(self.format_name, f"table {table.table!r} has no primary key in its metadata "
-                             f"(primaryKeyPosition 0 everywhere): set primary_key for the source", "primary_key")
+                             "(primaryKeyPosition 0 everywhere): set sources[].primary_key or sources[].primary_keys",
+                             "primary_key")
 
     def images(self, event: Event) -> None:
         """INSERT/REFRESH: after = ``data``; UPDATE: after = ``data``, before = ``beforeData``;
@@ -408,7 +409,7 @@ class QlikJsonParser(QlikParser):
             version = integer(JSON_FORMAT, version, "tableVersion", None)
             return self._table_by_name(schema if isinstance(schema, str) and schema else None, table, version), msg
         raise ParseError(JSON_FORMAT, "data message names no schema: it has no messageSchemaId, externalSchemaId "
-                                      "or table name (publish metadata messages, or set the option table)",
+                                      "or table name (publish metadata messages, or set sources[].options.table)",
                          "messageSchemaId")
 
 
