@@ -498,7 +498,9 @@ def test_fuzzed_topics_through_land_normalize_and_gates(stack, spark, unique):
         produce(stack["bootstrap"], topic, [(0, t0 + i, k, v) for i, (k, v) in enumerate(records)])
         produced[topic] = (fmt, records)
         sources.append({"topic": topic, "format": fmt, **WIRE[fmt].options})
-    path = write_pipeline(f"fuzz_{unique}", sources, silver={"namespace": f"fuzz_{unique}"})
+    # topics of fuzzed records (most of each quarantined): the quarantine budget is the whole topic
+    path = write_pipeline(f"fuzz_{unique}", sources, silver={"namespace": f"fuzz_{unique}"},
+                          normalize={"max_quarantine_share": 1.0})
     cfg = load_pipeline(path)
     window = Window(hour(0), hour(1))
     land(spark, cfg, window)
