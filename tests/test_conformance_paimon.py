@@ -787,8 +787,9 @@ def test_every_record_accounted_and_only_the_int64_to_string_hour_fails(paimon_r
 # --------------------------------------------------------------------------------------------
 # aliyun-json (Alibaba Cloud DataWorks)
 
-#: The silver types of the aliyun messages' ``schema.dataColumn`` (Paimon's test states none).
-ALIYUN_TYPES = [("id", "bigint"), ("val", "double"), ("name", "string"), ("create_time", "timestamp")]
+#: The silver types of the aliyun messages' ``schema.dataColumn`` (Paimon's test states none; a
+#: DataWorks ``DATE`` is Paimon's ``TIMESTAMP(3)``, a timestamp without a zone).
+ALIYUN_TYPES = [("id", "bigint"), ("val", "double"), ("name", "string"), ("create_time", "timestamp_ntz")]
 
 
 @pytest.mark.parametrize("step, rows", [

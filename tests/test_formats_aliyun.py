@@ -43,7 +43,7 @@ def test_paimon_events(name, op, position, ts):
     (c,) = parse(paimon_event(name))
     assert (c.op, c.source_database, c.source_schema, c.source_table) == (op, "bigdata_test", None, "sync_test_table")
     assert c.primary_key == ["id"] and c.source_position == position and c.source_ts_ms == ts
-    assert c.column_types == {"id": "bigint", "val": "double", "name": "string", "create_time": "timestamp"}
+    assert c.column_types == {"id": "bigint", "val": "double", "name": "string", "create_time": "timestamp_ntz"}
     image = c.after if op != "delete" else c.before
     assert image["name"] == "a" and image["create_time"] == "2024-11-15 08:58:34"
     assert list(image) == ["id", "val", "name", "create_time"]  # schema.dataColumn's order, as Paimon's schema
@@ -85,7 +85,7 @@ def message(op: str, before=None, after=None, seq="1590315269000000001", **paylo
 def test_types_and_names():
     (c,) = parse(message("INSERT", after=ROW))
     assert (c.source_database, c.source_schema, c.source_table) == ("myDatabase", "mySchema", "tableName")
-    assert c.column_types == {"id": "bigint", "name": "string", "bin": "binary", "ts": "timestamp", "ok": "boolean",
+    assert c.column_types == {"id": "bigint", "name": "string", "bin": "binary", "ts": "timestamp_ntz", "ok": "boolean",
                               "amount": "double"}
     assert c.after == {"id": "111", "name": "scooter", "bin": "AAE=", "ts": "2020-05-24 10:14:29", "ok": "true",
                        "amount": "12.5"}

@@ -295,7 +295,7 @@ def test_types_and_values_from_the_value_schema():
              "amount": "MDk=", "day": 19723, "at": 1704067200123, "note": None}
     c = one(typed_value(after), {"s": -3, "b": 9007199254740993})
     assert c.column_types == {"s": "smallint", "b": "bigint", "f": "float", "d": "double", "ok": "boolean",
-                              "raw": "binary", "amount": "decimal(12,2)", "day": "date", "at": "timestamp",
+                              "raw": "binary", "amount": "decimal(12,2)", "day": "date", "at": "timestamp_ntz",
                               "note": "string"}
     assert c.after == {"s": "-3", "b": "9007199254740993", "f": "1.5", "d": "0.1", "ok": "true", "raw": "AAH/",
                        "amount": "123.45", "day": "2024-01-01", "at": "2024-01-01 00:00:00.123000", "note": None}

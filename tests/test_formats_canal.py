@@ -153,7 +153,7 @@ def test_paimon_canal_types_and_values():
     ("bit(1)", "boolean"), ("bit", "boolean"), ("bit(8)", "bigint"),
     ("char(3)", "string"), ("VARCHAR(255)", "string"), ("text", "string"), ("longtext", "string"),
     ("enum('a','b)')", "string"), ("set('x','y')", "string"), ("json", "string"),
-    ("date", "date"), ("datetime(6)", "timestamp"), ("timestamp", "timestamp"), ("time(3)", "string"),
+    ("date", "date"), ("datetime(6)", "timestamp_ntz"), ("timestamp", "timestamp"), ("time(3)", "string"),
     ("year(4)", "string"), ("binary(16)", "binary"), ("VARBINARY(10)", "binary"), ("blob", "binary"),
     ("longblob", "binary"), ("geometry", "string"), (None, "string"),
 ])
@@ -177,7 +177,7 @@ def test_values_in_canonical_text():
     assert c.after == {"id": "18446744073709551615", "flag": "true", "bits": "255",
                        "dt": "2020-01-01 12:00:00.500000", "zero": None, "d": "2020-02-29", "zd": None,
                        "bin": "/wA=", "price": "20.500", "f": "1000.0", "tm": "12:34:56", "y": "2020"}
-    assert c.column_types["id"] == "decimal(20,0)" and c.column_types["dt"] == "timestamp"
+    assert c.column_types["id"] == "decimal(20,0)" and c.column_types["dt"] == "timestamp_ntz"
 
 
 def test_configured_types_fill_gaps():

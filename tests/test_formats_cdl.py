@@ -52,7 +52,7 @@ def test_cdl_json_sample():
     assert c.op == "insert" and c.before is None
     assert c.after == {"count1": "13", "id": "34", "time1": None, "decimalNum": None}
     assert c.primary_key == ["id"]  # the field names of "unique"
-    assert c.column_types == {"count1": "bigint", "id": "int", "time1": "timestamp", "decimalNum": "string"}
+    assert c.column_types == {"count1": "bigint", "id": "int", "time1": "timestamp_ntz", "decimalNum": "string"}
     assert c.source_position == (163955221008, 1707047996013)  # (lsn, TIMESTAMP)
     assert c.source_ts_ms == 1707047996013
     assert c.tx_id == "57227595" and c.tx_seq is None
@@ -143,7 +143,7 @@ def test_cdl_decimal_typed_by_configuration_or_parameters():
     assert cdl_type(schema) == "decimal(9,3)"
     assert cdl_type({**schema, "parameters": {}}) == "string"
     assert cdl_type({**schema, "parameters": {}}, "decimal(5,1)") == "decimal(5,1)"
-    assert cdl_type({"type": "int64", "name": "org.apache.kafka.connect.data.Timestamp"}, "string") == "timestamp"
+    assert cdl_type({"type": "int64", "name": "org.apache.kafka.connect.data.Timestamp"}, "string") == "timestamp_ntz"
     with pytest.raises(ParseError) as err:
         parse(sample(data={"count1": 1, "id": 34, "time1": None, "decimalNum": "twelve"}))
     assert err.value.field == "data.decimalNum"

@@ -272,8 +272,8 @@ def test_avro_logical_types_without_connect_names():
         "before": None, "after": {"id": 1, "amount": b"\xff\x85", "day": 1, "at": 1500, "at_us": 1500},
         "source": {"db": "d", "table": "t", "ts_ms": 5}, "op": "c"})
     (c,) = parser(primary_key=["id"]).parse(krec(wire_value(sid, buf.getvalue())))
-    assert c.column_types == {"id": "int", "amount": "decimal(6,3)", "day": "date", "at": "timestamp",
-                              "at_us": "timestamp"}
+    assert c.column_types == {"id": "int", "amount": "decimal(6,3)", "day": "date", "at": "timestamp_ntz",
+                              "at_us": "timestamp_ntz"}
     assert c.after == {"id": "1", "amount": "-0.123", "day": "1970-01-02", "at": "1970-01-01 00:00:01.500000",
                        "at_us": "1970-01-01 00:00:00.001500"}
     assert c.source_position == (5,)

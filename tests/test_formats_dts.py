@@ -327,14 +327,14 @@ def dtv(year=None, month=None, day=None, hour=None, minute=None, second=None, mi
 
 
 @pytest.mark.parametrize("fields, source, number, text, ctype", [
-    (dtv(2024, 2, 29, 23, 59, 58, 123000), "MySQL", 12, "2024-02-29 23:59:58.123000", "timestamp"),  # µs
-    (dtv(2024, 2, 29, 23, 59, 58, 123456789), "Oracle", 12, "2024-02-29 23:59:58.123456", "timestamp"),  # ns
-    (dtv(2024, 2, 29, 1, 2, 3), "MySQL", 12, "2024-02-29 01:02:03", "timestamp"),
+    (dtv(2024, 2, 29, 23, 59, 58, 123000), "MySQL", 12, "2024-02-29 23:59:58.123000", "timestamp_ntz"),  # µs
+    (dtv(2024, 2, 29, 23, 59, 58, 123456789), "Oracle", 12, "2024-02-29 23:59:58.123456", "timestamp_ntz"),  # ns
+    (dtv(2024, 2, 29, 1, 2, 3), "MySQL", 12, "2024-02-29 01:02:03", "timestamp_ntz"),
     (dtv(1969, 7, 20), "MySQL", 10, "1969-07-20", "date"),
     (dtv(hour=12, minute=13, second=14, millis=12345), "MySQL", 11, "12:13:14.012345", "string"),
     (dtv(hour=-838, minute=59, second=59), "MySQL", 11, "-838:59:59", "string"),
     (dtv(2024), "MySQL", 13, "2024", "int"),
-    (dtv(0, 0, 0, 0, 0, 0), "MySQL", 12, None, "timestamp"),   # MySQL zero date
+    (dtv(0, 0, 0, 0, 0, 0), "MySQL", 12, None, "timestamp_ntz"),   # MySQL zero date
     (dtv(0, 0, 0), "MySQL", 10, None, "date"),
 ])
 def test_datetime(fields, source, number, text, ctype):
@@ -396,7 +396,7 @@ def test_null_and_empty_objects():
     assert value(None, 253) == (None, None)                # VARCHAR or VARBINARY: no type
     assert value(None, 246) == (None, None)                # DECIMAL: precision unknown
     assert value(None, 3, source="Oracle") == (None, None)
-    assert value("NULL", 12) == (None, "timestamp")
+    assert value("NULL", 12) == (None, "timestamp_ntz")
     assert value("NONE", 12) == ("ABSENT", None)
 
 
@@ -556,7 +556,7 @@ ALL_TYPES = Table("all_types", (
     Column("label", "varchar(50)", "string", True),
     Column("blob", "varbinary(8)", "binary", True),
     Column("born", "date", "date", True),
-    Column("at", "datetime(6)", "timestamp", True),
+    Column("at", "datetime(6)", "timestamp_ntz", True),
     Column("stamp", "timestamp(3)", "timestamp", True),
 ), ("id",))
 
@@ -579,11 +579,11 @@ def test_every_canonical_type_round_trips_through_the_renderer():
     # boolean is TINYINT(1): DTS sends the integer, so the column reads as smallint 1/0
     assert insert.column_types == {"id": "bigint", "flag": "smallint", "small": "smallint", "n": "int",
                                    "ratio": "float", "weight": "double", "price": "decimal(3,2)", "label": "string",
-                                   "blob": "binary", "born": "date", "at": "timestamp", "stamp": "timestamp"}
+                                   "blob": "binary", "born": "date", "at": "timestamp_ntz", "stamp": "timestamp"}
     assert update.after == {"id": "1", **nulls}
     assert {c: update.column_types.get(c) for c in nulls} == {
         "flag": "smallint", "small": "smallint", "n": "int", "ratio": "float", "weight": "double",
-        "price": "decimal(3,2)", "label": "string", "blob": "binary", "born": "date", "at": "timestamp",
+        "price": "decimal(3,2)", "label": "string", "blob": "binary", "born": "date", "at": "timestamp_ntz",
         "stamp": "timestamp"}
     assert [type_code(c) for c in ALL_TYPES.columns] == [8, 1, 2, 3, 4, 5, 246, 253, 253, 10, 12, 7]
 

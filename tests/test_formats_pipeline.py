@@ -14,7 +14,7 @@ from cdclake.sim.wire import WIRE_FORMATS
 from cdclake.types import quote_ident
 
 SPARK_TYPE = {"bigint": "bigint", "int": "int", "double": "double", "string": "string", "timestamp": "timestamp",
-              "date": "date", "binary": "binary"}
+              "timestamp_ntz": "timestamp_ntz", "date": "date", "binary": "binary"}
 
 
 FORMATS = WIRE_FORMATS

@@ -179,8 +179,8 @@ def test_qlik_types_to_canonical_types():
     cases = {"INT1": "smallint", "INT2": "smallint", "INT4": "int", "INT8": "bigint", "UINT1": "smallint",
              "UINT2": "int", "UINT4": "bigint", "UINT8": "decimal(20,0)", "REAL4": "float", "REAL8": "double",
              "STRING": "string", "WSTRING": "string", "CLOB": "string", "NCLOB": "string", "BYTES": "binary",
-             "BLOB": "binary", "DATE": "date", "TIME": "string", "DATETIME": "timestamp",
-             "DATETIME(6)": "timestamp", "BOOLEAN": "boolean", "GEOMETRY": "string", "": "string"}
+             "BLOB": "binary", "DATE": "date", "TIME": "string", "DATETIME": "timestamp_ntz",
+             "DATETIME(6)": "timestamp_ntz", "BOOLEAN": "boolean", "GEOMETRY": "string", "": "string"}
     for qtype, expected in cases.items():
         assert qlik_type(qtype) == expected, qtype
     assert qlik_type("NUMERIC", 12, 2) == "decimal(12,2)"
@@ -246,7 +246,7 @@ LINES_TEXT = {"ORDER_ID": "9000000001", "LINE_NO": "1", "STATUS": "OPEN", "AMOUN
               "SHIPPED_AT": "2024-01-05 10:15:30.123456", "PHOTO": "iVBORw==", "DISCOUNT": "0.1",
               "ACTIVE": "true", "DUE": "2024-02-01", "NOTE": "first line"}
 LINES_TYPES = {"ORDER_ID": "bigint", "LINE_NO": "int", "STATUS": "string", "AMOUNT": "decimal(12,2)",
-               "SHIPPED_AT": "timestamp", "PHOTO": "binary", "DISCOUNT": "float", "ACTIVE": "boolean",
+               "SHIPPED_AT": "timestamp_ntz", "PHOTO": "binary", "DISCOUNT": "float", "ACTIVE": "boolean",
                "DUE": "date", "NOTE": "string"}
 SEQ = "20240105101530000000000000000001234"   # 35 digits: more than 64 bits
 

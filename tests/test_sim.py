@@ -29,7 +29,7 @@ from cdclake.sim import (
     state_before,
 )
 from cdclake.sim.model import HOUR_MS, ms_to_datetime
-from cdclake.types import decimal_precision_scale
+from cdclake.types import TIMESTAMP_TYPES, decimal_precision_scale
 
 START = dt.datetime(2024, 5, 1, 0, 0, tzinfo=dt.timezone.utc)
 HOURS = 3
@@ -172,7 +172,7 @@ def test_values_have_column_types(source):
                     assert type(v) is float
                 elif col.ctype == "string":
                     assert isinstance(v, str) and len(v) <= int(col.mysql_type.split("(")[1][:-1])
-                elif col.ctype == "timestamp":
+                elif col.ctype in TIMESTAMP_TYPES:
                     assert isinstance(v, dt.datetime) and v.tzinfo is None and v.microsecond % 1000 == 0
                 elif col.ctype == "date":
                     assert type(v) is dt.date
@@ -213,7 +213,7 @@ def _decode_dbz_row(table, row):
         v = row[col.name]
         if v is not None and col.ctype.startswith("decimal"):
             v = decimal_from_base64(v, decimal_precision_scale(col.ctype)[1])
-        elif v is not None and col.ctype == "timestamp":
+        elif v is not None and col.ctype in TIMESTAMP_TYPES:
             v = ms_to_datetime(v)
         elif v is not None and col.ctype == "date":
             v = dt.date(1970, 1, 1) + dt.timedelta(days=v)
@@ -359,7 +359,7 @@ def _parse_canal_value(col, text):
         return float(text)
     if col.ctype.startswith("decimal"):
         return Decimal(text)
-    if col.ctype == "timestamp":
+    if col.ctype in TIMESTAMP_TYPES:
         return dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f")
     if col.ctype == "date":
         return dt.date.fromisoformat(text)

@@ -15,7 +15,7 @@ from conftest import produce, write_pipeline
 from pipeline import hour, ms
 
 from cdclake.sim.render import decimal_to_base64
-from cdclake.types import decimal_precision_scale, quote_ident, widen
+from cdclake.types import decimal_precision_scale, normalize_type, quote_ident, widen
 
 
 @pytest.mark.parametrize("old,new,want", [
@@ -44,9 +44,52 @@ from cdclake.types import decimal_precision_scale, quote_ident, widen
     ("date", "timestamp", None),
     ("binary", "string", None),
     ("boolean", "int", None),
+    ("timestamp_ntz", "timestamp_ntz", "timestamp_ntz"),
+    ("timestamp_ntz", "timestamp", None),  # a wall-clock time is no instant
+    ("timestamp", "timestamp_ntz", "timestamp"),  # a column an earlier version made keeps its type
+    ("array<int>", "array<bigint>", "array<bigint>"),
+    ("array<bigint>", "array<smallint>", "array<bigint>"),
+    ("array<decimal(10,2)>", "array<decimal(12,2)>", "array<decimal(12,2)>"),
+    ("array<decimal(10,2)>", "array<decimal(10,3)>", None),
+    ("array<int>", "array<string>", None),
+    ("array<int>", "int", None),
+    ("string", "array<int>", "string"),  # a column an earlier version made keeps its type
+    ("array<string>", "string", None),
 ])
 def test_widen_is_iceberg_promotion(old, new, want):
     assert widen(old, new) == want
+
+
+@pytest.mark.parametrize("text,want", [("ARRAY<Decimal(5, 1)>", "array<decimal(5,1)>"), ("array<smallint>", "array<smallint>"),
+                                       ("array<array<int>>", "string"), ("array<uuid>", "array<string>"),
+                                       ("TIMESTAMP_NTZ", "timestamp_ntz")])
+def test_normalize_type(text, want):
+    assert normalize_type(text) == want
+
+
+ROUND_TRIP = [("timestamp_ntz", ["2024-02-29 23:59:59.123456", "1969-12-31 23:59:59", None]),
+              ("timestamp", ["2024-02-29 23:59:59.123456", None]),
+              ("array<int>", ['["1","-2",null]', "[]", None]),
+              ("array<bigint>", ['["9223372036854775807"]']),
+              ("array<decimal(10,2)>", ['["1.50","-0.01",null]']),
+              ("array<string>", ['["a","é \\"q\\"",null,""]']),
+              ("array<timestamp_ntz>", ['["2024-01-01 00:00:00.000001"]']),
+              ("array<date>", ['["1969-12-31","2024-02-29"]']),
+              ("array<binary>", ['["AQID",""]']),
+              ("array<boolean>", ['["true","false"]']),
+              ("array<double>", ['["1.5","-0.0"]'])]
+
+
+@pytest.mark.parametrize("ctype,texts", ROUND_TRIP)
+def test_sql_cast_and_sql_text_are_inverse(spark, ctype, texts):
+    """Bronze text → silver value → text → value gives the value again, type by type."""
+    from cdclake.types import spark_type, sql_cast, sql_text
+
+    df = spark.createDataFrame([(t,) for t in texts], "t string")
+    typed = df.selectExpr(f"{sql_cast('t', ctype)} AS v")
+    assert typed.schema["v"].dataType.simpleString() == spark_type(ctype)
+    again = typed.selectExpr("v", f"{sql_cast(sql_text('v', ctype), ctype)} AS w").collect()
+    assert all(r.v == r.w for r in again), again
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,3 +180,94 @@ def test_scale_change_stops_only_its_table(stack, spark, unique):
     rows = sorted((r["id"], r["n"], r["p"], r["q"], r["m"]) for r in b.collect())
     assert rows == [(1, 1, Decimal("1.50"), Decimal("2.50"), 7),
                     (2, 2**40, Decimal("1234567890.12"), Decimal("3.25"), 8)]
+
+
+# --------------------------------------------------------------------------------------------
+# Types as the source has them: timestamp without a zone and arrays, and tables an earlier version made
+
+def connect_event(table: str, fields: list[dict], after: dict, pos: int) -> tuple[bytes, bytes]:
+    """A Debezium PostgreSQL insert into ``public.<table>`` whose row has the Connect ``fields``."""
+    struct = {"type": "struct", "optional": True, "fields": fields}
+    schema = {"type": "struct", "optional": False, "fields": [
+        dict(struct, field="before"), dict(struct, field="after"),
+        {"type": "struct", "optional": False, "field": "source", "fields": []},
+        {"type": "string", "optional": False, "field": "op"}]}
+    source = {"connector": "postgresql", "db": "db", "schema": "public", "table": table, "lsn": pos,
+              "ts_ms": 1704067200000 + pos}
+    payload = {"before": None, "after": after, "source": source, "op": "c", "ts_ms": source["ts_ms"]}
+    return json.dumps({"id": after["id"]}).encode(), json.dumps({"schema": schema, "payload": payload}).encode()
+
+
+def _f(name: str, ctype: str, **more) -> dict:
+    return {"type": ctype, "optional": True, "field": name, **more}
+
+
+ID = _f("id", "int64", optional=False)
+MICRO = _f("ts", "int64", name="io.debezium.time.MicroTimestamp")
+ZONED = _f("ts", "string", name="io.debezium.time.ZonedTimestamp")
+INTS = _f("arr", "array", items={"type": "int32", "optional": True})
+ARRAY_AS_TEXT = _f("arr", "string")
+BIGINTS = _f("arr", "array", items={"type": "int64", "optional": True})
+DECIMALS = _f("dec", "array", items={"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+                                    "parameters": {"scale": "2", "connect.decimal.precision": "10"}})
+TEXTS = _f("txt", "array", items={"type": "string", "optional": True})
+STAMPS = _f("stamps", "array", items={"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp"})
+US = 1_709_251_199_123_456  # 2024-02-29 23:59:59.123456 as µs since the epoch
+
+
+def test_timestamp_without_zone_and_arrays_reach_silver_as_their_types(stack, spark, unique):
+    """``MicroTimestamp`` becomes Iceberg ``timestamp`` (Spark ``timestamp_ntz``), Connect arrays
+    Iceberg lists of their element type (NULL elements and empty arrays kept); an array's element
+    type widens by Iceberg's promotions (int → bigint) in a later hour. A table an earlier version
+    made (``ts`` with a zone, ``arr`` as JSON text) keeps its column types: the wall-clock time is
+    read as UTC, the array is its canonical text."""
+    import datetime as dt
+
+    from cdclake.config import load_pipeline
+    from cdclake.land import land
+    from cdclake.normalize import normalize
+    from cdclake.silver import build_silver
+    from cdclake.window import Window
+
+    new = [ID, MICRO, INTS, DECIMALS, TEXTS, STAMPS]
+    messages = {
+        0: [connect_event("n", new, {"id": 1, "ts": US, "arr": [1, None, -2], "dec": [decimal_to_base64(Decimal("1.50"), 2),
+                                                                                 None], "txt": ["a", "", None],
+                                     "stamps": [US, 0]}, 100),
+            connect_event("n", new, {"id": 2, "ts": None, "arr": [], "dec": None, "txt": [], "stamps": []}, 110),
+            # the same table as an earlier version typed it
+            connect_event("old", [ID, ZONED, ARRAY_AS_TEXT], {"id": 1, "ts": "2024-01-01T10:00:00Z",
+                                                               "arr": "[1,2]"}, 120)],
+        1: [connect_event("n", [ID, MICRO, BIGINTS], {"id": 3, "ts": 0, "arr": [2**40]}, 200),
+            connect_event("old", [ID, MICRO, INTS], {"id": 2, "ts": US, "arr": [3, None]}, 210)],
+    }
+    topic = f"types.new.{unique}"
+    produce(stack["bootstrap"], topic, [(0, ms(hour(h)) + 1000 + i, k, v)
+                                        for h, msgs in messages.items() for i, (k, v) in enumerate(msgs)])
+    ns = f"typesn_{unique}"
+    cfg = load_pipeline(write_pipeline(ns, [{"topic": topic, "format": "debezium-json"}], silver={"namespace": ns}))
+    for h in (0, 1):
+        w = Window(hour(h), hour(h + 1))
+        land(spark, cfg, w)
+        normalize(spark, cfg, w)
+        build_silver(spark, cfg, w)
+
+    def table(name):
+        df = spark.table(f"lake.{quote_ident(ns)}.{quote_ident(name)}")
+        return dict(df.dtypes), {r["id"]: r.asDict() for r in df.collect()}
+
+    types, rows = table("db__public__n")
+    assert {c: types[c] for c in ("ts", "arr", "dec", "txt", "stamps")} == {
+        "ts": "timestamp_ntz", "arr": "array<bigint>", "dec": "array<decimal(10,2)>", "txt": "array<string>",
+        "stamps": "array<timestamp_ntz>"}
+    at = dt.datetime(2024, 2, 29, 23, 59, 59, 123456)
+    assert {k: {c: rows[k][c] for c in ("ts", "arr", "dec", "txt", "stamps")} for k in rows} == {
+        1: {"ts": at, "arr": [1, None, -2], "dec": [Decimal("1.50"), None], "txt": ["a", "", None],
+            "stamps": [at, dt.datetime(1970, 1, 1)]},
+        2: {"ts": None, "arr": [], "dec": None, "txt": [], "stamps": []},
+        3: {"ts": dt.datetime(1970, 1, 1), "arr": [2**40], "dec": None, "txt": None, "stamps": None}}
+
+    types, rows = table("db__public__old")
+    assert (types["ts"], types["arr"]) == ("timestamp", "string")
+    assert {k: (r["ts"], r["arr"]) for k, r in rows.items()} == {
+        1: (dt.datetime(2024, 1, 1, 10), "[1,2]"), 2: (at, '["3",null]')}

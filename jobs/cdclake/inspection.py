@@ -57,7 +57,7 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 #: Formats whose carried types may be coarser than the values: carried type → the guesses that
 #: replace it (CDL's Decimal without precision is ``string``; DataWorks has six coarse types).
 COARSE_TYPES = {"cdl-json": {"string": ("decimal",)},
-                "aliyun-json": {"double": ("decimal",), "timestamp": ("date",)}}
+                "aliyun-json": {"double": ("decimal",), "timestamp_ntz": ("date",)}}
 DEFAULT_SAMPLE = 1000
 _INT = re.compile(r"-?\d+\Z")
 _DEC = re.compile(r"-?\d+\.(\d+)\Z")
@@ -103,7 +103,8 @@ def guess_type(values: Iterable[str], raw: Iterable[str] = ()) -> Optional[str]:
     ``bigint`` (all integers), ``decimal(38,s)`` (all numbers, those with a fraction written
     (``raw``: the numbers as the messages write them, else ``values``) with the same ``s`` digits,
     some with a trailing zero, which the shortest form of a double never has), ``double`` (other
-    numbers), ``date``, ``timestamp``, ``binary`` (``0x`` hex, or Base64 with at
+    numbers), ``date``, ``timestamp`` (a zone written: ``Z``, ``+02:00``), ``timestamp_ntz`` (none
+    written), ``binary`` (``0x`` hex, or Base64 with at
     least one digit, ``+``, ``/`` or ``=``), ``boolean``, else ``string``.
     """
     vals = [v for v in values if v is not None]
@@ -122,7 +123,10 @@ def guess_type(values: Iterable[str], raw: Iterable[str] = ()) -> Optional[str]:
     if all(_DATE.match(v) for v in vals):
         return "date"
     if all(_TS.match(v) for v in vals):
-        return "date" if all(_MIDNIGHT.match(v) for v in vals) else "timestamp"
+        if all(_MIDNIGHT.match(v) for v in vals):
+            return "date"
+        # a time written with a zone is an instant; without one, a wall-clock time
+        return "timestamp" if any(_TS.match(v).group(2) for v in vals) else "timestamp_ntz"
     if all(v in ("true", "false") for v in vals):
         return "boolean"
     if all(_HEX.match(v) for v in vals):

@@ -15,10 +15,16 @@ decimal(p,s)       plain decimal, no exponent (``-12.50``)        decimal(p,s)
 string             the text itself                                string
 binary             standard Base64 of the bytes                   binary
 date               ``YYYY-MM-DD``                                 date
-timestamp          ``YYYY-MM-DD HH:MM:SS[.ffffff]`` in UTC        timestamp with zone (UTC, µs)
+timestamp          ``YYYY-MM-DD HH:MM:SS[.ffffff]`` in UTC        timestamptz (UTC, µs)
+timestamp_ntz      ``YYYY-MM-DD HH:MM:SS[.ffffff]``, wall clock   timestamp (no zone, µs; Spark
+                   time without a zone                            ``TIMESTAMP_NTZ``)
+array<T>           a JSON array of the elements' canonical texts  list<T's silver type>
+                   as JSON strings, nulls as ``null``
+                   (``["1","2",null]``); T is one of the types
+                   above
 =================  =============================================  ==============================
 
-Unknown or missing types are ``string``.
+Unknown or missing types are ``string``; so is an array of arrays (its elements as JSON text).
 """
 from __future__ import annotations
 
@@ -29,14 +35,23 @@ from decimal import Decimal
 from typing import Optional
 
 _DECIMAL_RE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-SIMPLE_TYPES = ("boolean", "smallint", "int", "bigint", "float", "double", "string", "binary", "date", "timestamp")
+_ARRAY_RE = re.compile(r"^array\s*<(.*)>$", re.S)
+SIMPLE_TYPES = ("boolean", "smallint", "int", "bigint", "float", "double", "string", "binary", "date", "timestamp",
+                "timestamp_ntz")
+#: The canonical types of timestamps: with a zone (an instant, UTC) and without (a wall-clock time).
+TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz")
 
 
 def normalize_type(t: Optional[str]) -> str:
     """Return the canonical spelling of a type name; unknown names become ``string``.
 
+    ``array<T>`` keeps its element type when that is a canonical type other than an array (an
+    array of arrays is ``string``).
+
     >>> normalize_type("DECIMAL(10, 2)")
     'decimal(10,2)'
+    >>> normalize_type("ARRAY<Decimal(5, 1)>")
+    'array<decimal(5,1)>'
     """
     if not t:
         return "string"
@@ -45,7 +60,16 @@ def normalize_type(t: Optional[str]) -> str:
     if m:
         p, s = int(m.group(1)), int(m.group(2))
         return f"decimal({min(p, 38)},{min(s, min(p, 38))})"
+    m = _ARRAY_RE.match(t)
+    if m:
+        inner = m.group(1).strip()
+        return "string" if _ARRAY_RE.match(inner) else f"array<{normalize_type(inner)}>"
     return t if t in SIMPLE_TYPES else "string"
+
+
+def array_element(t: str) -> Optional[str]:
+    """The element type of canonical type ``array<T>`` (``T``), else None."""
+    return t[6:-1] if t.startswith("array<") and t.endswith(">") else None
 
 
 def decimal_precision_scale(t: str) -> Optional[tuple[int, int]]:
@@ -78,6 +102,8 @@ def to_text(value: object, ctype: str = "string") -> Optional[str]:
         return value.isoformat(sep=" ")
     if isinstance(value, _dt.date):
         return value.isoformat()
+    if isinstance(value, list) and array_element(ctype) is not None:
+        return array_text([to_text(v, array_element(ctype)) for v in value])
     if isinstance(value, (dict, list)):
         import json
 
@@ -85,9 +111,21 @@ def to_text(value: object, ctype: str = "string") -> Optional[str]:
     return str(value)
 
 
+def array_text(elements: list[Optional[str]]) -> str:
+    """The canonical text of an array whose elements are already canonical texts (or None):
+    ``["1","2",null]`` (compact JSON, non-ASCII characters kept)."""
+    import json
+
+    return json.dumps(elements, separators=(",", ":"), ensure_ascii=False)
+
+
 def spark_type(ctype: str) -> str:
-    """The Spark SQL type of a silver column for canonical type ``ctype``."""
+    """The Spark SQL type of a silver column for canonical type ``ctype`` (``array<smallint>`` →
+    ``array<int>``)."""
     ctype = normalize_type(ctype)
+    element = array_element(ctype)
+    if element is not None:
+        return f"array<{spark_type(element)}>"
     return "int" if ctype == "smallint" else ctype
 
 
@@ -96,15 +134,25 @@ _SQL_CONVERSIONS = {
     "string": ("{}", "{}"),
     "binary": ("unbase64({})", "base64({})"),
     "timestamp": ("to_timestamp({})", "date_format({}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"),
+    "timestamp_ntz": ("to_timestamp_ntz({})", "date_format({}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"),
 }
+#: The lambda variable of an array's element conversion (arrays do not nest).
+_ELEMENT = "_cdc_e"
 
 
 def sql_cast(expr: str, ctype: str) -> str:
     """Spark SQL expression turning the canonical text ``expr`` into the silver type ``ctype``.
 
-    This is the one conversion table from bronze text to typed silver values.
+    This is the one conversion table from bronze text to typed silver values; an array's text is
+    read as ``array<string>`` and each element converted by its type's rule.
     """
     st = spark_type(ctype)
+    element = array_element(st)
+    if element is not None:
+        texts = f"from_json({expr}, 'array<string>')"
+        if element == "string":
+            return texts
+        return f"transform({texts}, {_ELEMENT} -> {sql_cast(_ELEMENT, element)})"
     template = _SQL_CONVERSIONS.get(st, (f"CAST({{}} AS {st})", ""))[0]
     return template.format(expr)
 
@@ -116,7 +164,11 @@ def sql_text(expr: str, ctype: str) -> str:
     values meet bronze images again (a key change carrying the old row's columns over).
     Timestamps are written in the session time zone, which the pipeline sets to UTC.
     """
-    template = _SQL_CONVERSIONS.get(spark_type(ctype), ("", "CAST({} AS STRING)"))[1]
+    st = spark_type(ctype)
+    element = array_element(st)
+    if element is not None:
+        return f"to_json(transform({expr}, {_ELEMENT} -> {sql_text(_ELEMENT, element)}))"
+    template = _SQL_CONVERSIONS.get(st, ("", "CAST({} AS STRING)"))[1]
     return template.format(expr)
 
 
@@ -124,20 +176,33 @@ def widen(old: str, new: str) -> Optional[str]:
     """The type a column of type ``old`` becomes when a change carries ``new``, by Iceberg's promotions.
 
     Iceberg promotes a column only int → bigint (long), float → double and decimal(P,S) →
-    decimal(P',S) with P' > P (same scale). Returns the wider type for such a promotion, ``old``
-    when ``new`` is the same or narrower by one of them (bigint then int stays bigint;
-    decimal(12,2) then decimal(10,2) stays decimal(12,2)), and None for any other pair (a
-    decimal scale change, int → double, bigint → decimal, anything → string ...). Type names are
-    canonical (:func:`normalize_type`; smallint counts as int).
+    decimal(P',S) with P' > P (same scale), and an array's element type by the same rules. Returns
+    the wider type for such a promotion, ``old`` when ``new`` is the same or narrower by one of
+    them (bigint then int stays bigint; decimal(12,2) then decimal(10,2) stays decimal(12,2)), and
+    None for any other pair (a decimal scale change, int → double, bigint → decimal, anything →
+    string ...). Type names are canonical (:func:`normalize_type`; smallint counts as int).
+
+    Two pairs keep a column made by an earlier version of the pipeline as it is: ``timestamp``
+    then ``timestamp_ntz`` stays ``timestamp`` (the wall-clock values are read as UTC, as that
+    version read them), and ``string`` then ``array<T>`` stays ``string`` (the array's canonical
+    text, :func:`array_text`).
 
     >>> widen("decimal(10,2)", "decimal(12,2)")
     'decimal(12,2)'
     >>> widen("decimal(10,2)", "decimal(10,4)") is None
     True
+    >>> widen("array<int>", "array<bigint>")
+    'array<bigint>'
     """
     old, new = spark_type(old), spark_type(new)
     if old == new:
         return old
+    if (old, new) == ("timestamp", "timestamp_ntz") or (old == "string" and array_element(new) is not None):
+        return old
+    eo, en = array_element(old), array_element(new)
+    if eo is not None and en is not None:
+        inner = widen(eo, en)
+        return None if inner is None else f"array<{inner}>"
     for chain in (("int", "bigint"), ("float", "double")):
         if old in chain and new in chain:
             return chain[max(chain.index(old), chain.index(new))]

@@ -26,7 +26,8 @@ field                           read as
 ``schema.dataColumn``           ``[{"name", "type"}]``: the column types, ``LONG`` → bigint,
                                 ``DOUBLE`` → double, ``BOOLEAN`` → boolean, ``STRING`` → string,
                                 ``BYTES`` (Base64 text) → binary, ``DATE`` (13-digit epoch
-                                milliseconds) → timestamp (UTC)
+                                milliseconds) → timestamp_ntz (a wall-clock time, as Paimon's
+                                ``TIMESTAMP(3)``)
 ``schema.primaryKey``           the key column names
 ``schema.source``               ``dbName`` → ``source_database``, ``schemaName`` (when sent) →
                                 ``source_schema``, ``tableName`` → ``source_table``
@@ -85,7 +86,7 @@ CONTROL_OPS = {"MHEARTBEAT": "heartbeat", "TRANSACTION_BEGIN": "metadata", "TRAN
                **dict.fromkeys(("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX"), "ddl")}
 #: ``schema.dataColumn[].type`` → canonical type.
 TYPES = {"LONG": "bigint", "DOUBLE": "double", "BOOLEAN": "boolean", "STRING": "string", "BYTES": "binary",
-         "DATE": "timestamp"}
+         "DATE": "timestamp_ntz"}
 #: The ``sequenceId`` of a full-load row, and the position it gets: before every incremental change.
 LOAD_SEQUENCE = -1
 LOAD_POSITION = (0,)

@@ -51,7 +51,7 @@ _TYPE_RE = re.compile(r"^\s*(?P<base>[a-z]+(?: precision)?)\s*(?:\((?P<args>[^)]
 _SIMPLE = {
     "tinyint": "smallint", "mediumint": "int", "float": "float",
     "double": "double", "double precision": "double", "real": "double",
-    "bool": "boolean", "boolean": "boolean", "date": "date", "datetime": "timestamp", "timestamp": "timestamp",
+    "bool": "boolean", "boolean": "boolean", "date": "date", "datetime": "timestamp_ntz", "timestamp": "timestamp",
     "binary": "binary", "varbinary": "binary", "tinyblob": "binary", "blob": "binary",
     "mediumblob": "binary", "longblob": "binary",
 }
@@ -66,7 +66,8 @@ def mysql_type(text: Any) -> str:
     tinyint → smallint; smallint → smallint (unsigned: int); mediumint → int; int/integer → int
     (unsigned: bigint); bigint → bigint (unsigned: decimal(20,0)); float → float; double/real →
     double; decimal/numeric(p,s) → decimal(p,s) (default (10,0)); bit(1) → boolean, bit(n>1) →
-    bigint; date → date; datetime/timestamp → timestamp; binary/varbinary/blob types → binary;
+    bigint; date → date; datetime → timestamp_ntz (no zone); timestamp → timestamp (an instant,
+    read as UTC); binary/varbinary/blob types → binary;
     everything else (char, varchar, text, enum, set, json, time, year ...) → string.
     """
     m = _TYPE_RE.match(str(text or ""))

@@ -24,13 +24,33 @@ from typing import Any, Callable, Mapping, Optional
 from cdclake.formats.base import Event, FormatParser
 from cdclake.formats.fields import json_object, key_detail
 from cdclake.formats.json_values import EnvelopeReader
-from cdclake.formats.text import coerce_text, epoch_timestamp, text_converter
+from cdclake.formats.text import EXACT, array_converter, coerce_text, epoch_timestamp, text_converter
 from cdclake.record import ControlRecord, KafkaRecord
-from cdclake.types import decimal_precision_scale, normalize_type, to_text
+from cdclake.types import array_text, decimal_precision_scale, normalize_type, to_text
 
 EPOCH = dt.datetime(1970, 1, 1)
-#: PostgreSQL TOAST placeholder (``unavailable.value.placeholder``), as text and as Base64 bytes.
-TOAST_PLACEHOLDERS = ("__debezium_unavailable_value", base64.b64encode(b"__debezium_unavailable_value").decode())
+#: Debezium's ``unavailable.value.placeholder`` (its default): what the PostgreSQL connector sends
+#: for a TOASTed value an update left unchanged (REPLICA IDENTITY DEFAULT).
+PLACEHOLDER = "__debezium_unavailable_value"
+#: The placeholder as text (text, varchar, json, jsonb, xml ...) and as Base64 bytes (bytea).
+TOAST_PLACEHOLDERS = (PLACEHOLDER, base64.b64encode(PLACEHOLDER.encode()).decode())
+
+
+def _name_uuid(data: bytes) -> str:
+    """Java's ``UUID.nameUUIDFromBytes(data)`` (version 3, MD5), as text."""
+    import hashlib
+    import uuid
+
+    return str(uuid.UUID(bytes=hashlib.md5(data).digest(), version=3))
+
+
+#: The placeholder of an array column, whole (as Debezium 3.6's PostgreSQL connector sends it,
+#: seen in both converters): ``[placeholder]`` (arrays of text types), the placeholder's bytes as
+#: numbers (int[], bigint[], date[] ...), ``[the UUID named by its bytes]`` (uuid[]) and ``[its
+#: Base64]`` (bytea[]). Arrays of other types (numeric, boolean, timestamps ...) arrive as null,
+#: which no reader can tell from a NULL.
+TOAST_ARRAYS = ([PLACEHOLDER], list(PLACEHOLDER.encode()), [_name_uuid(PLACEHOLDER.encode())],
+                [TOAST_PLACEHOLDERS[1]])
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
@@ -49,8 +69,11 @@ TIME_UNITS = {
     "org.apache.kafka.connect.data.Time": 1000, "io.debezium.time.Time": 1000,
     "io.debezium.time.MicroTime": 10**6, "io.debezium.time.NanoTime": 10**9,
 }
+#: Epoch-based timestamps hold a wall-clock time without a zone (Debezium: PostgreSQL ``timestamp``,
+#: MySQL ``DATETIME``, Oracle ``TIMESTAMP``), read as ``timestamp_ntz``; ``ZonedTimestamp`` (PostgreSQL
+#: ``timestamptz``, MySQL ``TIMESTAMP``) is an instant, read as ``timestamp`` (UTC).
 LOGICAL_TYPES = {
-    **{name: "timestamp" for name in TIMESTAMP_UNITS},
+    **{name: "timestamp_ntz" for name in TIMESTAMP_UNITS},
     **{name: "string" for name in TIME_UNITS},
     "io.debezium.time.ZonedTimestamp": "timestamp", "io.debezium.time.IsoTimestamp": "timestamp",
     "org.apache.kafka.connect.data.Date": "date", "io.debezium.time.Date": "date", "io.debezium.time.IsoDate": "date",
@@ -64,14 +87,20 @@ def connect_type(schema: Mapping[str, Any]) -> str:
 
     ``int8``/``int16`` → smallint, ``int32`` → int, ``int64`` → bigint, ``float32`` → float,
     ``float64`` → double, ``bytes`` → binary; Connect ``Decimal`` → ``decimal(p,s)`` (precision
-    from ``connect.decimal.precision``, default 38); temporal logical types → date / timestamp /
-    string; anything else (struct, array, map, unknown names) → string. Raises ``ValueError``
-    when a ``Decimal``'s parameters are not an object or name no valid decimal type.
+    from ``connect.decimal.precision``, default 38); temporal logical types → date /
+    timestamp_ntz (epoch-based: a wall-clock time) / timestamp (``ZonedTimestamp``: an instant) /
+    string; an ``array`` → ``array<T>`` of its ``items`` schema's type (an array of arrays:
+    ``array<string>``); anything else (struct, map, unknown names) → string. Raises
+    ``ValueError`` when a ``Decimal``'s parameters are not an object or name no valid decimal type.
     """
     name = schema.get("name")
     if name == DECIMAL:
         params = connect_parameters(schema)
         return normalize_type(f"decimal({params.get('connect.decimal.precision', 38)},{params.get('scale', 0)})")
+    if schema.get("type") == "array" and name is None:
+        items = schema.get("items")
+        element = connect_type(items) if isinstance(items, Mapping) and items.get("type") != "array" else "string"
+        return f"array<{element}>"
     return LOGICAL_TYPES.get(name) or CONNECT_TYPES.get(schema.get("type"), "string")
 
 
@@ -97,7 +126,7 @@ def decode_decimal(value: Any, scale: int) -> Decimal:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Decimal(str(value))
     unscaled = int.from_bytes(base64.b64decode(str(value), validate=True), "big", signed=True)
-    return Decimal(unscaled).scaleb(-int(scale))
+    return Decimal(unscaled).scaleb(-int(scale), context=EXACT)
 
 
 def time_text(amount: int, per_second: int) -> str:
@@ -129,6 +158,10 @@ def connect_text(value: Any, schema: Mapping[str, Any]) -> Optional[str]:
         return to_text(epoch_timestamp(value, TIMESTAMP_UNITS[name]))
     if name in TIME_UNITS and isinstance(value, int):
         return time_text(value, TIME_UNITS[name])
+    if ctype.startswith("array<") and isinstance(value, list):
+        items = schema.get("items")
+        items = items if isinstance(items, Mapping) else {}
+        return array_text([connect_text(v, items) for v in value])
     return coerce_text(value, ctype)
 
 
@@ -152,7 +185,7 @@ def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str
         return lambda v: connect_text(v, schema)
     if name == DECIMAL:
         # digits written directly when the column's type keeps the message's scale and the value
-        # fits Python's default decimal precision (28 digits), where Decimal.scaleb is exact
+        # has at most 28 digits (its text a short integer's); other values exactly (EXACT)
         typed = decimal_precision_scale(connect_type(schema))
         direct = typed is not None and typed[1] == scale >= 0
         unit = 10 ** scale if direct else 1  # a scale past the type's (up to 38) never takes the direct path
@@ -168,7 +201,7 @@ def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str
                         return str(unscaled)
                     whole, fraction = divmod(abs(unscaled), unit)
                     return f"{'-' if unscaled < 0 else ''}{whole}.{fraction:0{scale}d}"
-                return text(format(Decimal(unscaled).scaleb(-scale), "f"))
+                return text(format(Decimal(unscaled).scaleb(-scale, context=EXACT), "f"))
             return connect_text(v, schema)
         return decimal
     if name in TIMESTAMP_UNITS:
@@ -187,6 +220,9 @@ def connect_converter(schema: Mapping[str, Any]) -> Callable[[Any], Optional[str
         return lambda v: time_text(v, units) if type(v) is int else connect_text(v, schema)
     if name == VARIABLE_SCALE_DECIMAL:
         return lambda v: connect_text(v, schema)
+    items = schema.get("items")
+    if schema.get("type") == "array" and isinstance(items, Mapping):  # each element by its own schema
+        return array_converter(connect_converter(items), lambda v: connect_text(v, schema))
     return text
 
 
@@ -204,8 +240,11 @@ def column_converter(col_schemas: Mapping[str, Mapping[str, Any]], types: Mappin
 
 def is_toast(value: Any) -> bool:
     """Whether ``value`` is Debezium's unavailable-value placeholder (a PostgreSQL TOAST column the
-    connector did not send: to be left out of the image)."""
-    return value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value)
+    connector did not send: to be left out of the image): one of :data:`TOAST_PLACEHOLDERS`, or
+    a list equal to one of :data:`TOAST_ARRAYS`."""
+    if type(value) is list:
+        return value in TOAST_ARRAYS
+    return type(value) is str and value in TOAST_PLACEHOLDERS
 
 
 def struct_fields(schema: Optional[Mapping[str, Any]], names: tuple[str, ...], strict: bool = True) -> dict[str, dict]:

@@ -66,7 +66,7 @@ from cdclake.formats.columnar import JSON, NO_MAP
 from cdclake.formats.fields import element, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
-from cdclake.formats.text import convert_image, parse_timestamp, text_converter, utc_ms
+from cdclake.formats.text import EXACT, convert_image, parse_timestamp, text_converter, utc_ms
 from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import decimal_precision_scale, to_text
@@ -111,12 +111,12 @@ def _untyped_text(value: Any) -> Optional[str]:
 
 def ogg_converter(ctype: Optional[str]) -> Callable[[Any], Optional[str]]:
     """JSON value → canonical text of a column of canonical type ``ctype`` (None: untyped text).
-    ``timestamp`` and ``date`` columns read :func:`ogg_datetime` text too. Raises ``ValueError``
+    ``timestamp``, ``timestamp_ntz`` and ``date`` columns read :func:`ogg_datetime` text too. Raises ``ValueError``
     when a value does not fit the type."""
     if ctype is None:
         return _untyped_text
     conv = text_converter(ctype)
-    if ctype in ("timestamp", "date"):
+    if ctype in ("timestamp", "timestamp_ntz", "date"):
         return lambda v: conv(ogg_datetime(v))
     ps = decimal_precision_scale(ctype)
     if ps is not None:  # GoldenGate writes NUMBER as a JSON number: read as its shortest text, as coerce_text does
@@ -128,7 +128,7 @@ def ogg_converter(ctype: Optional[str]) -> Callable[[Any], Optional[str]]:
                     number = Decimal(repr(v))
                     if number.is_finite():
                         if number.as_tuple().exponent > -scale:
-                            number = number.quantize(quantum)
+                            number = number.quantize(quantum, context=EXACT)
                         return format(number, "f")
                 except ArithmeticError:  # the general rule says why
                     pass

@@ -11,14 +11,15 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import re
 import struct
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, InvalidOperation
 from typing import Any, Callable, Optional
 
 from cdclake.record import ParseError
-from cdclake.types import decimal_precision_scale, to_text
+from cdclake.types import TIMESTAMP_TYPES, array_element, array_text, decimal_precision_scale, to_text
 
 
 class _Absent:
@@ -30,6 +31,9 @@ class _Absent:
 
 #: Returned by an image value converter to leave a column out of the image (absent).
 ABSENT = _Absent()
+#: Decimal arithmetic that never rounds: Python's default context keeps 28 digits, a source's
+#: ``numeric(38,10)`` has 38 and PostgreSQL's unconstrained ``numeric`` thousands.
+EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 EPOCH = _dt.datetime(1970, 1, 1)
 _EPOCH = EPOCH
@@ -55,6 +59,18 @@ def parse_timestamp(text: str) -> Optional[_dt.datetime]:
     value = _dt.datetime.fromisoformat(text)
     if value.tzinfo is not None:
         value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def parse_wallclock(text: str) -> Optional[_dt.datetime]:
+    """Read a timestamp as :func:`parse_timestamp` does, but as the wall-clock time it names (a
+    ``timestamp_ntz`` value): an offset, when the text carries one, is dropped, not applied (as
+    PostgreSQL reads ``'2024-01-01 10:00+02'::timestamp``: 10:00)."""
+    text = text.strip()
+    if text.startswith("0000-00-00"):
+        return None
+    value = parse_timestamp(re.sub(r"(?:[Zz]|[+-][0-9]{2}(?::?[0-9]{2}(?::?[0-9]{2})?)?)$", "", text)
+                            if _ISO_START_RE.match(text) and len(text) > 10 else text)
     return value
 
 
@@ -154,18 +170,20 @@ def _make_text_converter(ctype: str) -> Callable[[Any], Optional[str]]:
                     number = Decimal(v.strip())
                     if number.is_finite():
                         if number.as_tuple().exponent > -scale:
-                            number = number.quantize(quantum)
+                            number = number.quantize(quantum, context=EXACT)
                         return format(number, "f")
             except (ValueError, TypeError, ArithmeticError):
                 pass
             return general(v)
         return decimal
-    if ctype == "timestamp":
+    if ctype in TIMESTAMP_TYPES:  # with a zone: converted to UTC; without: the wall-clock time as written
+        parse = parse_timestamp if ctype == "timestamp" else parse_wallclock
+
         def timestamp(v: Any) -> Optional[str]:
             try:
                 t = type(v)
                 if t is str:
-                    return to_text(parse_timestamp(v))
+                    return to_text(parse(v))
                 if t is int:
                     return (_EPOCH + _dt.timedelta(microseconds=v * 1000)).isoformat(sep=" ")
             except (ValueError, TypeError, ArithmeticError):
@@ -176,10 +194,36 @@ def _make_text_converter(ctype: str) -> Callable[[Any], Optional[str]]:
         def boolean(v: Any) -> Optional[str]:
             return ("true" if v else "false") if type(v) is bool else general(v)
         return boolean
+    element = array_element(ctype)
+    if element is not None:
+        return array_converter(text_converter(element), general)
     return general
 
 
+def array_converter(item: Callable[[Any], Optional[str]], general: Callable[[Any], Optional[str]]
+                    ) -> Callable[[Any], Optional[str]]:
+    """The converter of an array column: a JSON list's elements each through ``item`` (canonical
+    texts, :func:`cdclake.types.array_text`); any other value, and a list an element of which
+    ``item`` refuses, through ``general`` (which then raises its own error)."""
+
+    def array(v: Any) -> Optional[str]:
+        if type(v) is list:
+            try:
+                return array_text([item(x) for x in v])
+            except (ValueError, TypeError, ArithmeticError):
+                pass
+        return general(v)
+    return array
+
+
 def _coerce(value: Any, ctype: str) -> Optional[str]:
+    element = array_element(ctype)
+    if element is not None:
+        if isinstance(value, str):  # an array written as JSON text
+            value = json.loads(value)
+        if not isinstance(value, list):
+            raise ValueError(f"{value!r} is not an array")
+        return array_text([general_text(x, element) for x in value])
     if ctype == "string" or isinstance(value, (dict, list)):
         return to_text(value)
     if ctype == "boolean":
@@ -210,10 +254,10 @@ def _coerce(value: Any, ctype: str) -> Optional[str]:
         if text.startswith("0000-00-00"):
             return None
         return to_text(_dt.date.fromisoformat(text[:10]))
-    if ctype == "timestamp":
+    if ctype in TIMESTAMP_TYPES:
         if isinstance(value, (int, float)):
             return to_text(epoch_timestamp(int(value), 1000))
-        return to_text(parse_timestamp(str(value)))
+        return to_text((parse_timestamp if ctype == "timestamp" else parse_wallclock)(str(value)))
     if ctype == "binary":
         return value if isinstance(value, str) else to_text(value)
     return to_text(value)
@@ -235,7 +279,7 @@ def pad_scale(number: Decimal, ctype: str) -> Decimal:
     """``number`` with trailing zeros up to the scale of ``decimal(p,s)`` (never rounds)."""
     ps = decimal_precision_scale(ctype)
     if ps and number.as_tuple().exponent > -ps[1]:
-        return number.quantize(Decimal(1).scaleb(-ps[1]))
+        return number.quantize(Decimal(1).scaleb(-ps[1]), context=EXACT)
     return number
 
 

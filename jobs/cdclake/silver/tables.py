@@ -350,7 +350,9 @@ def ensure_silver_table(spark: "SparkSession", cfg: PipelineConfig, name: str, p
                                     "(Iceberg promotes only int to bigint, float to double and a decimal's "
                                     "precision at the same scale)")
         if wider != old:
-            spark.sql(f"ALTER TABLE {name} ALTER COLUMN {q(c)} TYPE {wider}")
+            element = T.array_element(wider)  # a list's element type is promoted as its own field
+            target = f"{q(c)}.element TYPE {element}" if element is not None else f"{q(c)} TYPE {wider}"
+            spark.sql(f"ALTER TABLE {name} ALTER COLUMN {target}")
             current[c] = wider
             log.info("silver table %s: widened column %s from %s to %s", name, c, old, wider)
     return current

@@ -27,7 +27,7 @@ _BEGIN_EVENT = 80
 _XID_EVENT = 31
 _ROWS_HEADER = 30
 _MAX_ROWS_EVENT = 8192  # binlog-row-event-max-size
-_FIXED_SIZES = {"bigint": 8, "int": 4, "double": 8, "timestamp": 7, "date": 3}
+_FIXED_SIZES = {"bigint": 8, "int": 4, "double": 8, "timestamp": 7, "timestamp_ntz": 7, "date": 3}
 
 
 def _row_image_size(table: Table, row: Mapping[str, object]) -> int:

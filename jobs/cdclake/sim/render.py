@@ -33,7 +33,7 @@ from decimal import Decimal
 from typing import Iterable, Mapping, Optional, Sequence
 
 from cdclake.sim.model import DATABASE, TABLES, RowChange, State, Table, Transaction, apply_change, datetime_to_ms
-from cdclake.types import decimal_precision_scale
+from cdclake.types import TIMESTAMP_TYPES, decimal_precision_scale
 
 DEBEZIUM_VERSION = "1.5.4.Final"
 SERVER_ID = 223344
@@ -107,7 +107,7 @@ def _connect_field(col) -> dict:
         f = {"type": "int32", "optional": col.nullable}
     elif ctype == "double":
         f = {"type": "double", "optional": col.nullable}
-    elif ctype == "timestamp":
+    elif ctype in TIMESTAMP_TYPES:
         f = {"type": "int64", "optional": col.nullable, "name": "io.debezium.time.Timestamp", "version": 1}
     elif ctype == "date":
         f = {"type": "int32", "optional": col.nullable, "name": "io.debezium.time.Date", "version": 1}
@@ -128,7 +128,7 @@ def _debezium_value(col, value: object) -> object:
         return None
     if col.ctype.startswith("decimal"):
         return decimal_to_base64(value, decimal_precision_scale(col.ctype)[1])  # type: ignore[arg-type,index]
-    if col.ctype == "timestamp":
+    if col.ctype in TIMESTAMP_TYPES:
         return datetime_to_ms(value)  # type: ignore[arg-type]
     if col.ctype == "date":
         return (value - _dt.date(1970, 1, 1)).days  # type: ignore[operator]
@@ -284,7 +284,7 @@ def canal_text(col, value: object) -> Optional[str]:
         return format(value, "f")
     if isinstance(value, float):
         return repr(value)
-    if col.ctype == "timestamp":
+    if col.ctype in TIMESTAMP_TYPES:
         return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}"  # type: ignore[attr-defined]
     if col.ctype == "binary":
         return value.decode("latin-1")  # type: ignore[attr-defined]  # Canal's byte text is ISO-8859-1

@@ -39,7 +39,8 @@ from cdclake.sim.render import Message, delivery_delay_ms
 
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 _TYPES = {"smallint": "LONG", "int": "LONG", "bigint": "LONG", "float": "DOUBLE", "double": "DOUBLE",
-          "boolean": "BOOLEAN", "string": "STRING", "binary": "BYTES", "date": "DATE", "timestamp": "DATE"}
+          "boolean": "BOOLEAN", "string": "STRING", "binary": "BYTES", "date": "DATE", "timestamp": "DATE",
+          "timestamp_ntz": "DATE"}
 
 
 def aliyun_type(col: Column) -> str:

@@ -40,7 +40,7 @@ from typing import Mapping, Optional, Sequence
 
 from cdclake.sim.model import DATABASE, Column, Table, Transaction, datetime_to_ms
 from cdclake.sim.render import Message, _dumps, connect_document, decimal_to_base64, delivery_delay_ms
-from cdclake.types import decimal_precision_scale, to_text
+from cdclake.types import TIMESTAMP_TYPES, decimal_precision_scale, to_text
 
 MYSQL_VERSION = "8.0.36"
 CONNECTOR_NAME = "KAFKA_Connector"
@@ -65,7 +65,7 @@ def connect_field(col: Column) -> dict:
                    "version": 1, "parameters": {"scale": str(ps[1]), "connect.decimal.precision": str(ps[0])}}
     elif ctype == "date":
         f = {"type": "int32", "optional": col.nullable, "name": "org.apache.kafka.connect.data.Date", "version": 1}
-    elif ctype == "timestamp":
+    elif ctype in TIMESTAMP_TYPES:
         f = {"type": "int64", "optional": col.nullable, "name": "org.apache.kafka.connect.data.Timestamp",
              "version": 1}
     else:
@@ -81,7 +81,7 @@ def connect_value(col: Column, value: object) -> object:
     ps = decimal_precision_scale(col.ctype)
     if ps:
         return decimal_to_base64(value, ps[1])  # type: ignore[arg-type]
-    if col.ctype == "timestamp":
+    if col.ctype in TIMESTAMP_TYPES:
         return datetime_to_ms(value)  # type: ignore[arg-type]
     if col.ctype == "date":
         return (value - _EPOCH_DATE).days  # type: ignore[operator]

@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 
 from cdclake.sim.model import DATABASE, Column, Table, Transaction, datetime_to_ms
 from cdclake.sim.render import Message, _dumps, connect_document, delivery_delay_ms
-from cdclake.types import to_text
+from cdclake.types import TIMESTAMP_TYPES, to_text
 
 DATA_STORE = "POSTGRESQL"
 #: The LSN and transaction id of the first change, as in the document's sample.
@@ -38,7 +38,7 @@ def cdl_field(col: Column) -> dict:
     ``com.xxx.cdc.data.Decimal`` (no precision or scale, as in the document).
     """
     ctype = col.ctype
-    if ctype == "timestamp":
+    if ctype in TIMESTAMP_TYPES:
         f: dict = {"type": "int64", "optional": col.nullable, "name": "org.apache.kafka.connect.data.Timestamp",
                    "version": 1}
     elif ctype == "date":
@@ -56,7 +56,7 @@ def cdl_value(col: Column, value: object) -> object:
     if value is None:
         return None
     ctype = col.ctype
-    if ctype == "timestamp":
+    if ctype in TIMESTAMP_TYPES:
         return datetime_to_ms(value)  # type: ignore[arg-type]
     if ctype == "date":
         day = value.date() if isinstance(value, _dt.datetime) else value

@@ -26,6 +26,7 @@ BEFORE_IMAGE_FIELD = "before-image"
 FIRST_TRANSACTION_ID = 9_324_410_911_751
 #: DMS's ``create-table`` column types per canonical type (``IncludeControlDetails``).
 _DMS_TYPES = {"bigint": "INT8", "int": "INT4", "double": "REAL8", "string": "STRING", "timestamp": "DATETIME",
+              "timestamp_ntz": "DATETIME",
               "date": "DATE", "binary": "BYTES"}
 
 

@@ -49,6 +49,7 @@ from cdclake.formats.dts import NAMESPACE, PARSED_SCHEMA
 from cdclake.positions import binlog_file_number
 from cdclake.sim.model import DATABASE, Column, Table, Transaction
 from cdclake.sim.render import SERVER_ID, Message, delivery_delay_ms
+from cdclake.types import TIMESTAMP_TYPES
 
 MYSQL_VERSION = "8.0.36"
 #: MySQL column type codes (``dataTypeNumber``) by the type name of ``Column.mysql_type``.
@@ -61,7 +62,7 @@ MYSQL_TYPE_CODES = {
 }
 #: Type code by canonical type, for columns whose MySQL type is not in the table above.
 _CTYPE_CODES = {"boolean": 1, "smallint": 2, "int": 3, "bigint": 8, "float": 4, "double": 5, "string": 253,
-                "binary": 253, "date": 10, "timestamp": 12}
+                "binary": 253, "date": 10, "timestamp": 7, "timestamp_ntz": 12}
 _INT_WIDTH = {"boolean": 1, "smallint": 2, "int": 4, "bigint": 8}
 _EPOCH = _dt.datetime(1970, 1, 1)
 
@@ -97,7 +98,7 @@ def dts_value(col: Column, value: Any) -> Any:
     if ctype == "date":
         return (f"{n}.DateTime", {"year": value.year, "month": value.month, "day": value.day,
                                   "hour": None, "minute": None, "second": None, "millis": None})
-    if ctype == "timestamp":
+    if ctype in TIMESTAMP_TYPES:
         if _base_type(col) == "timestamp":
             delta = value - _EPOCH
             return (f"{n}.Timestamp", {"timestamp": delta.days * 86_400 + delta.seconds,

@@ -36,6 +36,7 @@ import msgspec
 
 from cdclake.sim.model import DATABASE, Column, Table, Transaction
 from cdclake.sim.render import Message, delivery_delay_ms
+from cdclake.types import TIMESTAMP_TYPES
 
 SERVER_ID = 23042
 FIRST_XID = 9000
@@ -46,7 +47,7 @@ def maxwell_value(col: Column, value: object) -> object:
     """A column value as Maxwell writes it in ``data``/``old`` (None stays None)."""
     if value is None:
         return None
-    if col.ctype == "timestamp":
+    if col.ctype in TIMESTAMP_TYPES:
         return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}"  # type: ignore[attr-defined]
     if col.ctype == "date":
         return value.isoformat()  # type: ignore[attr-defined]

@@ -49,18 +49,20 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from cdclake.formats.qlik import ENVELOPE_SCHEMA, MAGIC
 from cdclake.sim.model import DATABASE, Table, Transaction
 from cdclake.sim.render import Message, delivery_delay_ms
-from cdclake.types import decimal_precision_scale
+from cdclake.types import TIMESTAMP_TYPES, decimal_precision_scale
 
 SERVER = "replicate-01"
 TASK = "shop-to-kafka"
 _ARGS_RE = re.compile(r"\((\d+)(?:\s*,\s*(\d+))?\)")
 _INT_TYPES = {"smallint": ("INT2", 5), "int": ("INT4", 10), "bigint": ("INT8", 19)}
 _SIMPLE_TYPES = {"boolean": "BOOLEAN", "float": "REAL4", "double": "REAL8", "string": "STRING",
-                 "binary": "BYTES", "date": "DATE", "timestamp": "DATETIME"}
+                 "binary": "BYTES", "date": "DATE", "timestamp": "DATETIME",
+                 "timestamp_ntz": "DATETIME"}
 _AVRO_TYPES = {"smallint": "int", "int": "int", "bigint": "long", "boolean": "boolean", "float": "float",
                "double": "double", "string": "string", "binary": "bytes",
                "date": {"type": "int", "logicalType": "date"},
-               "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}
+               "timestamp": {"type": "long", "logicalType": "timestamp-micros"},
+               "timestamp_ntz": {"type": "long", "logicalType": "timestamp-micros"}}
 _HEADERS_SCHEMA = {
     "type": "record", "name": "Headers", "namespace": "com.attunity.queue.msg",
     "fields": [
@@ -183,7 +185,7 @@ def _json_value(col, value: Any) -> Any:
         return bytes(value).hex().upper()
     if ctype.startswith("decimal"):
         return format(value, "f")
-    if ctype == "timestamp":
+    if ctype in TIMESTAMP_TYPES:
         return value.isoformat(sep=" ", timespec="microseconds")
     if ctype == "date":
         return value.isoformat()
@@ -193,7 +195,7 @@ def _json_value(col, value: Any) -> Any:
 def _avro_value(col, value: Any) -> Any:
     if value is None:
         return None
-    if col.ctype == "timestamp":
+    if col.ctype in TIMESTAMP_TYPES:
         return value.replace(tzinfo=_dt.timezone.utc) if value.tzinfo is None else value
     if col.ctype == "binary":
         return bytes(value)

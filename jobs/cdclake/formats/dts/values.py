@@ -77,7 +77,7 @@ def decode_text(charset: str, data: bytes) -> Any:
 #: text or bytes depending on the charset; nulls of those carry no type.
 MYSQL_NULL_TYPES = {
     1: "smallint", 2: "smallint", 3: "int", 9: "int", 8: "bigint", 13: "int", 16: "bigint",
-    4: "float", 5: "double", 7: "timestamp", 17: "timestamp", 12: "timestamp", 18: "timestamp",
+    4: "float", 5: "double", 7: "timestamp", 17: "timestamp", 12: "timestamp_ntz", 18: "timestamp_ntz",
     10: "date", 14: "date", 11: "string", 19: "string", 245: "string", 247: "string", 248: "string",
     255: "string",
 }
@@ -153,16 +153,16 @@ def _fraction_us(value: Optional[int], source: SourceInfo) -> int:
 
 
 def _datetime_value(d: Mapping[str, Any], source: SourceInfo) -> tuple[Any, str]:
-    """A ``DateTime``: date and time → timestamp (naive, read as UTC: MySQL DATETIME has no zone);
+    """A ``DateTime``: date and time → timestamp_ntz (MySQL DATETIME: a wall-clock time, no zone);
     date only → date; time only → string ``HH:MM:SS[.ffffff]`` (MySQL TIME); year only → int
     (MySQL YEAR). Zero dates (a 0 year, month or day: MySQL's ``0000-00-00``) are null."""
     year, month, day, hour = d.get("year"), d.get("month"), d.get("day"), d.get("hour")
     has_date, has_time = None not in (year, month, day), hour is not None
     us = _fraction_us(d.get("millis"), source)
     if has_date and 0 in (year, month, day):
-        return None, "timestamp" if has_time else "date"
+        return None, "timestamp_ntz" if has_time else "date"
     if has_date and has_time:
-        return _dt.datetime(year, month, day, hour, d.get("minute") or 0, d.get("second") or 0, us), "timestamp"
+        return _dt.datetime(year, month, day, hour, d.get("minute") or 0, d.get("second") or 0, us), "timestamp_ntz"
     if has_date:
         return _dt.date(year, month, day), "date"
     if has_time and year is None and month is None and day is None:
@@ -259,10 +259,10 @@ def read_value(item: Any, type_number: int, source: SourceInfo) -> tuple[Any, Op
         value, ctype = _datetime_value(data["value"], source)
         zone = _timezone(data["timezone"])
         if isinstance(value, _dt.datetime):
-            return value.replace(tzinfo=zone).astimezone(_dt.timezone.utc).replace(tzinfo=None), ctype
+            return value.replace(tzinfo=zone).astimezone(_dt.timezone.utc).replace(tzinfo=None), "timestamp"
         if ctype == "string" and value is not None:
             return f"{value}{data['timezone'].strip()}", ctype
-        return value, ctype
+        return value, "timestamp" if ctype == "timestamp_ntz" else ctype
     if kind == "BinaryGeometry":
         return bytes(data["value"]).hex().upper(), "string"
     if kind == "TextGeometry":

@@ -23,7 +23,7 @@ QLIK_TYPES = {
     "REAL4": "float", "REAL8": "double", "BOOLEAN": "boolean", "BOOL": "boolean",
     "STRING": "string", "WSTRING": "string", "CLOB": "string", "NCLOB": "string",
     "BYTES": "binary", "BLOB": "binary",
-    "DATE": "date", "TIME": "string", "DATETIME": "timestamp", "TIMESTAMP": "timestamp",
+    "DATE": "date", "TIME": "string", "DATETIME": "timestamp_ntz", "TIMESTAMP": "timestamp_ntz",
 }
 _TYPE_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\(\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*)?\))?\s*$")
 
