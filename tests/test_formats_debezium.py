@@ -414,7 +414,7 @@ def test_variable_scale_decimal_and_string_kinds():
     c = typed(fields, after)
     assert c.after == {"v": "12.345", "j": '{"a": 1}', "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "e": "red",
                        "arr": '["x","y"]', "b": "true", "s": "-3", "f": "1.5", "bin": "AQID"}
-    assert c.column_types == {"v": "string", "j": "string", "u": "string", "e": "string", "arr": "string",
+    assert c.column_types == {"v": "string", "j": "string", "u": "string", "e": "string", "arr": "array<string>",
                               "b": "boolean", "s": "smallint", "f": "float", "bin": "binary"}
 
 
@@ -469,6 +469,35 @@ def test_toast_placeholder_column_is_absent():
     assert one(value, primary_key=["id"]).after == {"id": "1", "x": "ok"}
 
 
+PLACEHOLDER_BYTES = list(b"__debezium_unavailable_value")
+
+
+@pytest.mark.parametrize("items,sent", [
+    ({"type": "int32"}, PLACEHOLDER_BYTES),                                  # int[]
+    ({"type": "int64"}, PLACEHOLDER_BYTES),                                  # bigint[]
+    ({"type": "int32", "name": "io.debezium.time.Date"}, PLACEHOLDER_BYTES),  # date[]
+    ({"type": "string", "name": "io.debezium.data.Uuid"}, ["b68a35a7-17ad-35b3-af2a-ae46edb4545a"]),  # uuid[]
+    ({"type": "bytes"}, ["X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="]),      # bytea[]
+    ({"type": "string"}, ["__debezium_unavailable_value"]),                  # text[]
+])
+def test_toast_placeholder_of_every_array_type_is_absent(items, sent):
+    """What Debezium 3.6's PostgreSQL connector sends for an unchanged TOASTed array (seen with the
+    real engine, tests/test_real_debezium.py): the placeholder's bytes as numbers for integer and
+    date arrays, the UUID named by them for uuid[], their Base64 for bytea[]; each leaves the column
+    out of the image. An array merely holding such values among others is data."""
+    fields = [{"type": "int32", "optional": False, "field": "id"},
+              {"type": "array", "items": items, "optional": True, "field": "arr"}]
+    row = {"type": "struct", "optional": True, "fields": fields}
+    schema = {"type": "struct", "optional": False, "fields": [dict(row, field="before"), dict(row, field="after"), {
+        "type": "struct", "optional": False, "field": "source", "fields": []}, {"type": "string", "field": "op"}]}
+    source = {"connector": "postgresql", "db": "d", "schema": "s", "table": "t", "lsn": 10}
+    value = {"schema": schema, "payload": {"op": "u", "before": None, "after": {"id": 1, "arr": sent}, "source": source}}
+    c = one(value, primary_key=["id"])
+    assert c.after == {"id": "1"} and c.column_types["arr"].startswith("array<"), c
+    value["payload"]["after"]["arr"] = sent + sent[:1]
+    assert "arr" in one(value, primary_key=["id"]).after
+
+
 # --- primary keys ---------------------------------------------------------------------------------
 
 def test_primary_key_resolution_order():
@@ -521,3 +550,50 @@ def test_reference_model_rules():
     state = apply_changes(pairs)
     assert state == {"db.t": {("2",): {"id": "2", "v": "b", "w": "x"}, ("7",): {"id": "7", "v": "late"}},
                      "db.u": {("6",): {"id": "6"}}}
+
+
+# --- the real engine's records (tests/samples/debezium-real: Debezium 3.6.3, PostgreSQL 15) -----------
+
+
+def _real(name: str, with_headers: bool = True):
+    """A record of ``samples/debezium-real`` (JSON converter) with its Kafka headers."""
+    from cdclake.record import KafkaRecord
+
+    meta = json.loads(sample("debezium-real", "registry.json"))["records"][name]
+    headers = [(h, v.encode()) for h, v in meta["headers"].items()] if with_headers else []
+    return KafkaRecord(meta["topic"], 0, 0, 0, sample("debezium-real", f"{name}.key.json", binary=True),
+                       sample("debezium-real", f"{name}.json", binary=True), headers)
+
+
+def test_a_primary_key_change_is_one_update_that_keeps_unchanged_toast():
+    """Debezium sends ``UPDATE toasty SET id = 2 WHERE id = 1`` as a delete of 1 (header
+    ``__debezium.newkey``), a tombstone, and a create of 2 (header ``__debezium.oldkey``) whose
+    TOASTed columns are placeholders. The delete is the key change's first half (a control
+    record), the create an update from the old key: silver moves the row and keeps the values the
+    create leaves out. Without the headers (a pipeline that drops them) they read as before."""
+    from cdclake.record import ControlRecord
+
+    p = get_parser("debezium-json")
+    delete = p.parse(_real("key-change-delete"))
+    assert isinstance(delete, ControlRecord) and delete.kind == "key_change" and delete.source_table == "toasty"
+    (create,) = p.parse(_real("key-change-create"))
+    assert create.op == "update" and create.before == {"id": "1"} and create.after["id"] == "2"
+    assert set(create.after) == {"id", "n", "num", "a_bool", "a_num", "a_tstz"}  # TOASTed columns left out
+    assert create.column_types["a_int"] == "array<int>" and create.column_types["a_uuid"] == "array<string>"
+    (plain,) = p.parse(_real("key-change-create", with_headers=False))
+    assert plain.op == "insert" and plain.before is None
+    (gone,) = p.parse(_real("key-change-delete", with_headers=False))
+    assert gone.op == "delete" and gone.before["id"] == "1"
+    assert p.fast_parse([_real("key-change-create")]) == [None]  # the per-record parser pairs the halves
+
+
+def test_real_toast_update_and_decimal_digits():
+    """The real engine's unchanged-TOAST update leaves every placeholder column out (text, bytea,
+    int[], bigint[], date[], uuid[], text[]); a 38-digit decimal(38,10) and a 60-digit numeric
+    are read exactly (Python's default decimal context keeps 28 digits)."""
+    p = get_parser("debezium-json")
+    (upd,) = p.parse(_real("toast-unchanged-update"))
+    assert set(upd.after) == {"id", "n", "num", "a_bool", "a_num", "a_tstz"}, upd.after
+    (dec,) = p.parse(_real("edges-decimal-digits"))
+    assert dec.after["n38"] == "9999999999999999999999999999.9999999999" and dec.column_types["n38"] == "decimal(38,10)"
+    assert dec.after["nv"] == "-123456789012345678901234567890.12345678901234567890123456789"

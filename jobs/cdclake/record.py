@@ -21,7 +21,9 @@ from cdclake.errors import ParseError
 OPS = ("insert", "update", "delete", "snapshot", "truncate")
 
 #: Kinds of control records (not rows): accounted for in the normalize gate's counts.
-CONTROL_KINDS = ("tombstone", "ddl", "heartbeat", "transaction", "metadata")
+#: ``key_change``: the delete half of a primary key change that the other half, a create, applies
+#: (Debezium's ``__debezium.newkey`` header).
+CONTROL_KINDS = ("tombstone", "ddl", "heartbeat", "transaction", "metadata", "key_change")
 
 
 @dataclass(frozen=True)

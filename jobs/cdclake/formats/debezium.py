@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from cdclake.formats.base import Event
 from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
-from cdclake.formats.connect import (TOAST_PLACEHOLDERS, ConnectJsonParser, column_converter, connect_text,
-                                     connect_type, key_fields, struct_fields)
+from cdclake.formats.connect import (TOAST_ARRAYS, TOAST_PLACEHOLDERS, ConnectJsonParser, column_converter,
+                                     connect_text, connect_type, key_fields, struct_fields)
 from cdclake.formats.fields import element, kafka_key_text, name_text, optional_element, table_name
 from cdclake.formats.json_values import read_key
 from cdclake.formats.lindorm import LINDORM, is_lindorm
@@ -46,11 +46,15 @@ _DDL_FIELDS = ("ddl", "tableChanges", "historyRecord")
 _DELETE_HINT = "send Kafka keys holding the key columns"
 _DELETE_HINT_PG = "set REPLICA IDENTITY FULL on the PostgreSQL table or send Kafka keys"
 _POSITION = "cannot read position: "
+#: Kafka headers of a primary key change, which Debezium sends as a delete of the old key (header
+#: ``__debezium.newkey``), a tombstone and a create of the new key (header ``__debezium.oldkey``).
+NEW_KEY_HEADER, OLD_KEY_HEADER = "__debezium.newkey", "__debezium.oldkey"
 #: The payload members a change the fast path reads may hold (any other member, ``unique``,
 #: ``message_type``, ``status``, ``ddl`` ..., sends the record to the per-record parser).
 _FAST_MEMBERS = frozenset(("before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"))
 _FAST_OPS = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot"}
 _TOAST = frozenset(TOAST_PLACEHOLDERS)
+_KEY_HEADERS = frozenset((NEW_KEY_HEADER, OLD_KEY_HEADER))
 #: Kafka keys read by the fast path, kept per parser (keys repeat: one per row of the source table).
 _MAX_KEYS = 65536
 _UNSET = object()
@@ -87,7 +91,8 @@ class _TablePlan:
         placeholder (``ValueError`` when it does not fit)."""
         conv = self._converters.get(col) or self.converter(col)
         # connect.is_toast, inline: this runs for every value
-        if value in TOAST_PLACEHOLDERS or (isinstance(value, list) and TOAST_PLACEHOLDERS[0] in value):
+        t = type(value)
+        if (t is str and value in TOAST_PLACEHOLDERS) or (t is list and value in TOAST_ARRAYS):
             return ABSENT
         return conv(value)
 
@@ -210,6 +215,24 @@ def _control(payload: Mapping[str, Any], source: Mapping[str, Any]) -> Optional[
     return None
 
 
+def header_key(record: KafkaRecord, name: str) -> Optional[dict]:
+    """The key columns a Debezium key header (:data:`NEW_KEY_HEADER`, :data:`OLD_KEY_HEADER`) holds,
+    as Kafka Connect's ``SimpleHeaderConverter`` (a worker's default) or its ``JsonConverter``
+    (``{"schema", "payload"}``) writes a key struct: ``{"id": 2}``; None when the record has no
+    such header or it is not a JSON object of columns."""
+    for header, value in record.headers or ():
+        if header != name or not value:
+            continue
+        try:
+            doc = json.loads(value)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if isinstance(doc, dict) and set(doc) == {"schema", "payload"} and isinstance(doc["payload"], dict):
+            doc = doc["payload"]
+        return doc if isinstance(doc, dict) and doc and all(isinstance(k, str) for k in doc) else None
+    return None
+
+
 def _key_value_text(col: str, value: Any, key_schemas: dict, types: dict) -> Optional[str]:
     """A Kafka key value typed by the key's own schema, else the value's (see :func:`kafka_key_text`)."""
     if col in key_schemas:
@@ -277,6 +300,12 @@ class DebeziumJsonParser(ConnectJsonParser):
             return ControlRecord("metadata", FORMAT, source.get("db"), source.get("schema"), source.get("table"))
         if not isinstance(op, str) or op not in OPS:
             raise ParseError(FORMAT, f"unknown operation {op!r} (expected one of c, u, d, r, t, m)", "op")
+        if op == "d" and header_key(event.record, NEW_KEY_HEADER) is not None:
+            # the delete half of a primary key change: the create of the new key applies it as one
+            # update that moves the row (so the new key keeps the columns the create leaves out)
+            return ControlRecord("key_change", FORMAT, source.get("db"), source.get("schema"), source.get("table"),
+                                 detail=f"key changed to {header_key(event.record, NEW_KEY_HEADER)}: the create "
+                                        f"with header {OLD_KEY_HEADER} applies it")
         event.op = OPS[op]
         event.variant = LINDORM if is_lindorm(source) else DEBEZIUM
         return None
@@ -303,9 +332,15 @@ class DebeziumJsonParser(ConnectJsonParser):
             event.plan, payload.get("before"), payload.get("after"))
 
     def images(self, event: Event) -> None:
-        """``before`` and ``after``; an insert, snapshot read or update needs ``after``."""
+        """``before`` and ``after``; an insert, snapshot read or update needs ``after``. The create
+        half of a primary key change (header :data:`OLD_KEY_HEADER`) is an update whose before
+        image is the old key: silver moves the row, keeping the columns the after image leaves out
+        (a TOASTed value the change left unchanged)."""
         raw_before, raw_after, op = event.message.get("before"), event.message.get("after"), event.op
-        event.before = convert_image(FORMAT, raw_before, event.convert, "before")
+        old_key = header_key(event.record, OLD_KEY_HEADER) if op == "insert" and raw_before is None else None
+        if old_key is not None:
+            raw_before, event.op = old_key, op = old_key, "update"
+        event.before = convert_image(FORMAT, raw_before, event.convert, OLD_KEY_HEADER if old_key else "before")
         event.after = after = convert_image(FORMAT, raw_after, event.convert, "after")
         event.variant.complete_after(op, after, raw_before, raw_after)
         if op in ("insert", "snapshot", "update") and after is None:
@@ -360,6 +395,8 @@ def fast_changes(parser: DebeziumJsonParser, records: list[KafkaRecord],
     for i, payload, schema, envelope in payloads:
         if type(payload) is not dict or not payload.keys() <= _FAST_MEMBERS:
             continue
+        if records[i].headers and any(h in _KEY_HEADERS for h, _ in records[i].headers):
+            continue  # a half of a primary key change: the per-record parser pairs them
         op, source = payload.get("op"), payload.get("source")
         if type(source) is not dict or op not in _FAST_OPS or is_lindorm(source):
             continue
