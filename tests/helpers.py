@@ -104,3 +104,20 @@ def landed(messages: Sequence, topic: str = "shop", reverse: bool = False) -> li
         out = [KafkaRecord(r.topic, r.partition, offsets[r.partition] - 1 - r.offset, r.timestamp_ms, r.key, r.value)
                for r in out][::-1]
     return out
+
+
+#: The machine's PostgreSQL 15 (trust auth, ``wal_level = logical``: ``make deps``), over TCP.
+PG = dict(host="127.0.0.1", port=5432, user="postgres")
+
+
+def pg_connect(dbname: str, autocommit: bool = False):
+    """A psycopg2 connection to database ``dbname`` of :data:`PG`; fails the test (never skips it)
+    when the server cannot be reached."""
+    import psycopg2
+
+    try:
+        conn = psycopg2.connect(dbname=dbname, connect_timeout=5, **PG)
+    except psycopg2.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 cannot be reached ({exc}): run `make deps`", pytrace=False)
+    conn.autocommit = autocommit
+    return conn

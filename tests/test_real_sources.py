@@ -27,6 +27,7 @@ from decimal import Decimal
 
 import pytest
 from conftest import write_pipeline
+from helpers import pg_connect
 from pipeline import hour, ms, run_window
 
 from cdclake import sim
@@ -34,7 +35,6 @@ from cdclake.formats.canal import mysql_type
 from cdclake.sim import mysql_binlog, pg_wal2json
 from cdclake.types import quote_ident
 
-PG = dict(host="127.0.0.1", port=5432, user="postgres")
 MY = dict(host="127.0.0.1", port=3306, user="root", password="")
 RNG = random.Random(20240101)
 
@@ -57,17 +57,6 @@ CREATE TABLE notes (id bigint PRIMARY KEY, title text, body text, amount numeric
 """
 SLOT_OPTIONS = ("'format-version', '2', 'include-xids', '1', 'include-lsn', '1', 'include-timestamp', '1', "
                 "'include-types', '1'")
-
-
-def _pg_connect(dbname: str, autocommit: bool = False):
-    import psycopg2
-
-    try:
-        conn = psycopg2.connect(dbname=dbname, connect_timeout=5, **PG)
-    except psycopg2.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 cannot be reached ({exc}): run `make deps`", pytrace=False)
-    conn.autocommit = autocommit
-    return conn
 
 
 def pg_workload(c1, c2, big: list[str]) -> None:
@@ -130,11 +119,11 @@ def pg_source():
     """The PostgreSQL workload: ``{"messages", "tables", "truth", "transactions"}``."""
     db = f"cdc_truth_{uuid.uuid4().hex[:8]}"
     slot = f"{db}_slot"
-    admin = _pg_connect("postgres", autocommit=True)
+    admin = pg_connect("postgres", autocommit=True)
     admin.cursor().execute(f"CREATE DATABASE {db}")
     c1 = c2 = None
     try:
-        c1, c2 = _pg_connect(db), _pg_connect(db)
+        c1, c2 = pg_connect(db), pg_connect(db)
         cur = c1.cursor()
         cur.execute(PG_DDL)
         c1.commit()
