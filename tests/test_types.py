@@ -198,8 +198,8 @@ def connect_event(table: str, fields: list[dict], after: dict, pos: int) -> tupl
     return json.dumps({"id": after["id"]}).encode(), json.dumps({"schema": schema, "payload": payload}).encode()
 
 
-def _f(name: str, ctype: str, **more) -> dict:
-    return {"type": ctype, "optional": True, "field": name, **more}
+def _f(field: str, ctype: str, optional: bool = True, **more) -> dict:
+    return {"type": ctype, "optional": optional, "field": field, **more}
 
 
 ID = _f("id", "int64", optional=False)
