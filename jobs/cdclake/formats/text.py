@@ -15,7 +15,7 @@ import json
 import math
 import re
 import struct
-from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Callable, Optional
 
 from cdclake.record import ParseError
@@ -31,9 +31,12 @@ class _Absent:
 
 #: Returned by an image value converter to leave a column out of the image (absent).
 ABSENT = _Absent()
-#: Decimal arithmetic that never rounds: Python's default context keeps 28 digits, a source's
-#: ``numeric(38,10)`` has 38 and PostgreSQL's unconstrained ``numeric`` thousands.
-EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
+#: Decimal arithmetic that never rounds a source's number: Python's default context keeps 28
+#: digits, a ``numeric(38,10)`` has 38 and PostgreSQL's unconstrained ``numeric`` up to 147,455.
+#: Exponents stay within the default context's range, so that an absurd scale (a Connect
+#: ``Decimal`` of scale 2**31 - 1, whose text would take gigabytes) is refused at once
+#: (``InvalidOperation``).
+EXACT = Context(prec=1_000_000, Emax=999_999, Emin=-999_999)
 
 EPOCH = _dt.datetime(1970, 1, 1)
 _EPOCH = EPOCH
