@@ -66,7 +66,7 @@ _MAXWELL = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.col
 #: narrower (smallint, int, float, decimal, date) are configured.
 _ALIYUN = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns
                                                  if c.ctype not in ("bigint", "double", "boolean", "string", "binary",
-                                                                    "timestamp")}
+                                                                    "timestamp_ntz")}
                                         for t in TABLES.values()}}}
 #: GoldenGate's JSON carries keys (``primary_keys``) but no types: every column is configured.
 _OGG = {"options": {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}}
