@@ -568,3 +568,20 @@ def test_connect_documents_are_the_bytes_of_the_whole_document():
                     assert _dumps(json.loads(raw)) == raw, wf.tag
                     checked[wf.tag] += 1
     assert set(checked) == {"dbz", "arcion", "cdl"} and min(checked.values()) > 50, checked
+
+
+def test_demo_pipeline_file_has_every_wire_format_as_the_simulator_renders_it(monkeypatch):
+    """``config/pipelines/demo.yaml`` holds a topic per wire format with the settings the rendering
+    needs (what :func:`cdclake.demo.produce_traffic` asserts before it produces), so that a change of
+    the simulator that the demo file does not follow fails here, not only in ``make demo``."""
+    from conftest import REPO
+
+    from cdclake.config import load_pipeline
+    from cdclake.sim.wire import WIRE_FORMATS
+
+    monkeypatch.setenv("CDC_KAFKA_BOOTSTRAP", "127.0.0.1:9")  # the file names the embedded stack's broker
+    cfg = load_pipeline(REPO / "config" / "pipelines" / "demo.yaml")
+    for wf in WIRE_FORMATS:
+        source = cfg.source(f"shop.{wf.tag}")
+        assert source.format == wf.format and source.table_prefix == f"{wf.tag}_", wf.tag
+        assert source.model_dump(include=set(wf.options)) == wf.options, wf.tag
