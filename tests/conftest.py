@@ -165,7 +165,8 @@ def pytest_configure(config):
 SLOW_FIRST = ("test_production", "test_silver_properties", "test_real_debezium", "test_conformance_paimon",
               "test_inspect", "test_faults", "test_silver_semantics", "test_formats_pipeline", "test_real_sources",
               "test_hostile_names", "test_qlik_pipeline", "test_transactions", "test_gates", "test_collapse",
-              "test_dag_ops", "test_maintenance", "test_locks", "test_fuzz", "test_ledger", "test_conformance_flink")
+              "test_dag_ops", "test_maintenance", "test_locks", "test_fuzz", "test_ledger", "test_conformance_flink",
+              "test_future_skew", "test_types", "test_run_errors")
 
 
 def pytest_collection_modifyitems(session, config, items):
