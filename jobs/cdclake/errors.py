@@ -30,6 +30,24 @@ class ConfigError(ValueError):
     """A pipeline file is missing, unreadable or invalid; the message names file and key."""
 
 
+class UnknownFormat(ConfigError, KeyError):
+    """A source names a format that is not in :data:`cdclake.formats.FORMATS`; the message lists the
+    known ones. A :class:`KeyError` as well, for callers that look a format up like a mapping."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownSchema(LookupError):
+    """A schema registry does not know a schema id (HTTP 404): a property of the record, which names
+    the id, so the record is quarantined (:mod:`cdclake.formats.debezium_avro`)."""
+
+
+class NotOneRecord(ValueError):
+    """Avro bytes were read, but they are not one whole record: bytes remain after it, or an enum
+    before its images holds an index the schema lacks (:mod:`cdclake.formats.dts.schema`)."""
+
+
 class WindowError(ValueError):
     """A window is malformed (not ISO-8601, not on an hour, empty, or in the future)."""
 

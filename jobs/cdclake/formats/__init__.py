@@ -23,6 +23,7 @@ from cdclake.formats.maxwell import MaxwellJsonParser
 from cdclake.formats.ogg import OggJsonParser
 from cdclake.formats.qlik import QlikAvroParser, QlikJsonParser
 from cdclake.formats.shareplex import ShareplexJsonParser
+from cdclake.errors import UnknownFormat
 from cdclake.record import ParseError, RecordParser, SchemaAwareParser, parse_all
 
 #: Every format the pipeline reads: the ``format`` of a source in the pipeline YAML → its parser class.
@@ -56,11 +57,11 @@ def formats() -> list[str]:
 def get_parser(name: str, options: Optional[Mapping[str, object]] = None) -> RecordParser:
     """Build the parser of format ``name`` with the source's options.
 
-    Raises ``KeyError`` with the list of known formats when ``name`` is not one of :data:`FORMATS`,
+    Raises :class:`~cdclake.errors.UnknownFormat` (a ``KeyError``) with the list of known formats when ``name`` is not one of :data:`FORMATS`,
     and ``ValueError`` for a malformed option.
     """
     try:
         cls = FORMATS[name]
     except KeyError:
-        raise KeyError(f"unknown format {name!r}; known formats: {', '.join(formats())}") from None
+        raise UnknownFormat(f"unknown format {name!r}; known formats: {', '.join(formats())}") from None
     return cls(dict(options or {}))

@@ -64,7 +64,7 @@ from cdclake.formats.connect import DECIMAL
 from cdclake.formats.debezium import FORMAT as JSON_FORMAT, DebeziumJsonParser, fast_changes
 from cdclake.formats.fields import json_object, key_detail
 from cdclake.formats.text import float32_text
-from cdclake.errors import SchemaRegistryUnavailable
+from cdclake.errors import SchemaRegistryUnavailable, UnknownSchema
 from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult
 
 FORMAT = "debezium-avro"
@@ -79,10 +79,6 @@ _LOGICAL = {"date": "org.apache.kafka.connect.data.Date", "time-millis": "org.ap
             "timestamp-millis": "org.apache.kafka.connect.data.Timestamp",
             "time-micros": "io.debezium.time.MicroTime", "timestamp-micros": "io.debezium.time.MicroTimestamp"}
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
-
-
-class UnknownSchema(Exception):
-    """The registry does not know a schema id (HTTP 404)."""
 
 
 # -- the Confluent wire format -------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import fastavro
 from fastavro.schema import parse_schema
 
+from cdclake.errors import NotOneRecord
 from cdclake.record import ParseError
 
 FORMAT = "dts-avro"
@@ -163,16 +164,11 @@ def decode(raw: bytes) -> dict:
         except Exception:  # noqa: BLE001  (report the first failure below)
             pass
         reason = "value is not a DTS Avro record (truncated: the data ends early)"
-    except _NotOneRecord as exc:
+    except NotOneRecord as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001  (fastavro raises many types for foreign bytes)
         reason = f"value is not a DTS Avro record ({type(exc).__name__}: {exc})"
     raise ParseError(FORMAT, reason, "value")
-
-
-class _NotOneRecord(Exception):
-    """fastavro read the bytes, but they are not one whole record: bytes remain after it, or an
-    enum before its images holds an index the schema lacks."""
 
 
 def _read(data: bytes, schema: dict) -> dict:
@@ -180,9 +176,9 @@ def _read(data: bytes, schema: dict) -> dict:
     msg = fastavro.schemaless_reader(stream, schema, return_named_type=True)
     rest = len(data) - stream.tell()
     if rest:
-        raise _NotOneRecord(f"value is not a DTS Avro record ({rest} bytes left after the record)")
+        raise NotOneRecord(f"value is not a DTS Avro record ({rest} bytes left after the record)")
     if not _head_enums_in_range(data):
-        raise _NotOneRecord("value is not a DTS Avro record (source.sourceType or operation is written as a "
+        raise NotOneRecord("value is not a DTS Avro record (source.sourceType or operation is written as a "
                              "negative enum index)")
     return msg
 
