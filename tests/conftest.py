@@ -136,6 +136,13 @@ def f32(x) -> float:
     return struct.unpack("f", struct.pack("f", float(x)))[0]
 
 
+def products(state: dict) -> dict[int, tuple]:
+    """Flink's ``products`` table of a reference-model state (one table): id → (name, description,
+    weight as a 32-bit float), the shape of :func:`flink_expected`."""
+    (table,) = state.values()
+    return {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in table.values()}
+
+
 def flink_expected(name: str) -> dict[int, tuple]:
     """A final state from ``flink/expected/``: ``{id: (name, description, weight as float32)}``."""
     with open(CONFORMANCE / "flink" / "expected" / name, newline="", encoding="utf-8") as fh:

@@ -14,59 +14,14 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
-from collections import defaultdict
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from test_normalize_containment import LANDED, RAW, TAGGED
-from test_parse_fast_paths import _dumps, _first, _variants
+from parse_harness import DROP, assert_same, dumps, edited, first_of, variants
 
-from cdclake.formats import FORMATS, get_parser
-from cdclake.normalize import parse_batches
+from cdclake.formats import FORMATS
 from cdclake.sim import SimulatedSource, canal_json, debezium_json
 FAST_FORMATS = sorted(name for name, cls in FORMATS.items() if cls.FAST_PATH)
-
-
-def _batches(records: list[tuple], size: int) -> list[pa.RecordBatch]:
-    """Raw table batches of ``size`` records of ``(partition, key, value)``, offsets per partition."""
-    offsets: dict[int, int] = defaultdict(int)
-    rows = []
-    for part, key, value in records:
-        rows.append({"kafka_topic": "t", "kafka_partition": part, "kafka_offset": offsets[part],
-                     "kafka_timestamp_ms": 1_704_067_200_000 + len(rows), "key": key, "value": value, "headers": [],
-                     "landed_hour": LANDED})
-        offsets[part] += 1
-    return [pa.RecordBatch.from_pylist(rows[i:i + size], schema=RAW) for i in range(0, len(rows), size)]
-
-
-def _outcomes(fmt: str, batches: list, fast: bool, options=None) -> tuple[dict, int]:
-    """``({(partition, offset): [row without _fast and quarantined_at]}, records read by the fast path)``."""
-    parser = get_parser(fmt, options)
-    if not fast:
-        parser.FAST_PATH = False
-    out, read_fast = defaultdict(list), 0
-    for b in parse_batches({"t": parser}, TAGGED, batches):
-        assert b.schema == TAGGED
-        for row in b.to_pylist():
-            read_fast += bool(row["_fast"] and row["_first"])
-            if not fast:
-                assert row["_fast"] is False
-            row = {k: v for k, v in row.items() if k not in ("_fast", "quarantined_at")}
-            out[(row["kafka_partition"], row["kafka_offset"])].append(row)
-    return out, read_fast
-
-
-def assert_same(fmt: str, records: list[tuple], size: int = 97, options=None) -> int:
-    """Both runs give the same rows for every record; returns how many the fast path read."""
-    batches = _batches(records, size)
-    fast, read_fast = _outcomes(fmt, batches, True, options)
-    slow, _ = _outcomes(fmt, batches, False, options)
-    assert set(fast) == set(slow)
-    differ = [(k, fast[k], slow[k]) for k in slow if fast[k] != slow[k]]
-    assert not differ, differ[:2]
-    assert sum(r["_first"] for rows in slow.values() for r in rows) == len(records)
-    return read_fast
 
 
 def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
@@ -109,13 +64,13 @@ def test_debezium_with_configured_keys_and_types_is_read_alike():
 
 def _more_variants(messages) -> list[tuple]:
     """Variants aimed at what the fast path checks itself."""
-    ins_key, ins = _first(messages, "c")
-    upd_key, upd = _first(messages, "u")
-    del_key, dele = _first(messages, "d")
+    ins_key, ins = first_of(messages, "c")
+    upd_key, upd = first_of(messages, "u")
+    del_key, dele = first_of(messages, "d")
     out = []
 
     def doc(key, d, path=(), **members):
-        out.append((key, _edited(d, ("payload",) + tuple(path), members)))
+        out.append((key, edited(d, ("payload",) + tuple(path), members)))
 
     src = ("source",)
     for pos in (10**40, -1, "12", None, 1.5, True, 2**63):
@@ -137,7 +92,7 @@ def _more_variants(messages) -> list[tuple]:
     doc(upd_key, upd, src, db=3)
     doc(upd_key, upd, src, db=None)
     doc(upd_key, upd, src, schema="public")
-    doc(upd_key, upd, src, namespace="ns", connector=_DROP)
+    doc(upd_key, upd, src, namespace="ns", connector=DROP)
     doc(upd_key, upd, transaction={"id": "tx1", "total_order": 4, "data_collection_order": 2})
     doc(upd_key, upd, transaction={"id": None, "total_order": "4"})
     doc(upd_key, upd, transaction={"total_order": -1})
@@ -152,9 +107,9 @@ def _more_variants(messages) -> list[tuple]:
                   "\u00e9\U0001F600", None, True):
         doc(upd_key, upd, ("after",), **{c: value for c in list(after)[1:2]})
     doc(upd_key, upd, ("after",), **{first: None})       # a null key column
-    doc(upd_key, upd, ("after",), **{first: _DROP})      # a missing key column
+    doc(upd_key, upd, ("after",), **{first: DROP})      # a missing key column
     doc(upd_key, upd, ("after",), extra="x")
-    raw = _dumps(upd)
+    raw = dumps(upd)
     out.append((upd_key, raw.replace(b'"after":{', b'"after":{"%s":0,' % first.encode(), 1)))  # duplicate member
     out.append((upd_key, raw.replace(b'"after":{', b'"after":{"\\ud800":0,', 1)))             # lone surrogate
     out.append((upd_key, raw.replace(b'"op":"u"', b'"op":"u","op":"c"', 1)))
@@ -163,42 +118,14 @@ def _more_variants(messages) -> list[tuple]:
     doc(del_key, dele, before=None)
     doc(del_key, dele, ("before",), **{next(iter(dele["payload"]["before"])): None})
     doc(del_key, dele, after={})
-    out.append((None, _dumps(dele)))
-    out.append((b"not json", _dumps(dele)))
-    out.append((b'{"id":1,"other":2}', _dumps(dele)))
-    out.append((b'{"id":"1"}', _dumps(upd)))
-    out.append((b"{}", _dumps(upd)))
-    out.append((b"[1]", _dumps(ins)))
-    out.append((ins_key, _dumps(ins).replace(b'"after":{', b'"after":{"x":NaN,', 1)))
+    out.append((None, dumps(dele)))
+    out.append((b"not json", dumps(dele)))
+    out.append((b'{"id":1,"other":2}', dumps(dele)))
+    out.append((b'{"id":"1"}', dumps(upd)))
+    out.append((b"{}", dumps(upd)))
+    out.append((b"[1]", dumps(ins)))
+    out.append((ins_key, dumps(ins).replace(b'"after":{', b'"after":{"x":NaN,', 1)))
     return out
-
-
-class _Drop:
-    def __repr__(self) -> str:
-        return "DROP"
-
-
-#: A member value that stands for the member removed (:func:`edited_doc`).
-_DROP = _Drop()
-
-
-def edited_doc(message: dict, path: tuple, members: dict) -> dict:
-    """``message`` (a copy) with the object at ``path`` given ``members`` (``_DROP``: removed)."""
-    message = copy.deepcopy(message)
-    target = message
-    for p in path:
-        target = target[p]
-    for k, v in members.items():
-        if v is _DROP:
-            target.pop(k, None)
-        else:
-            target[k] = v
-    return message
-
-
-def _edited(message: dict, path: tuple, members: dict) -> bytes:
-    """:func:`edited_doc` as JSON."""
-    return _dumps(edited_doc(message, path, members))
 
 
 @pytest.fixture(scope="module")
@@ -209,12 +136,12 @@ def debezium_messages():
 
 @pytest.mark.parametrize("size", [1, 7, 500])
 def test_debezium_variants_are_read_alike(debezium_messages, size):
-    variants = _variants(debezium_messages) + _more_variants(debezium_messages)
+    odd = variants(debezium_messages) + _more_variants(debezium_messages)
     # the variants after the hour's first messages (the envelopes known) and alone (learnt from them)
     head = [(0, k, v) for k, v in debezium_messages[:40]]
-    records = head + [(1, k, v) for k, v in variants]
+    records = head + [(1, k, v) for k, v in odd]
     assert_same("debezium-json", records, size)
-    assert_same("debezium-json", [(1, k, v) for k, v in variants], size)
+    assert_same("debezium-json", [(1, k, v) for k, v in odd], size)
 
 
 def test_the_fast_path_reads_numbers_as_json_loads_does(debezium_messages):
@@ -238,7 +165,7 @@ def test_the_fast_path_reads_numbers_as_json_loads_does(debezium_messages):
         for col in ("weight", "stock"):
             d = copy.deepcopy(upd)
             d["payload"]["after"][col] = "__number__"
-            records.append((0, key, _dumps(d).replace(b'"__number__"', number.encode())))
+            records.append((0, key, dumps(d).replace(b'"__number__"', number.encode())))
     read_fast = assert_same("debezium-json", [(0, k, v) for k, v in debezium_messages[:20]] + records, 50)
     assert read_fast >= 300
 
@@ -276,7 +203,7 @@ def _canal_variants(records) -> list[tuple]:
     out = []
 
     def doc(m, key=None, **members):
-        out.append((key, _edited(m, (), members)))
+        out.append((key, edited(m, (), members)))
 
     for t in ("insert", "Update", "TRUNCATE", "DDL", "x", "", None, 3, "INIT", "init"):
         doc(ins, type=t)
@@ -331,7 +258,7 @@ def _canal_variants(records) -> list[tuple]:
     doc(dele, data=[{k: v for k, v in drow.items() if k != first}])
     doc(dele, key=b'{"' + first.encode() + b'": "9"}', data=[{k: v for k, v in drow.items() if k != first}])
     doc(dele, key=b"not json", data=[{k: v for k, v in drow.items() if k != first}])
-    raw = _dumps(ins)
+    raw = dumps(ins)
     out += [(None, raw + b" x"), (None, raw + b"  "), (None, raw[:-5]), (None, b"\xef\xbb\xbf" + raw),
             (None, raw.replace(b'"type":"INSERT"', b'"type":"INSERT","type":"DELETE"', 1)),
             (None, raw.replace(b'"data":[{', b'"data":[{"\\ud800":"1",', 1)),

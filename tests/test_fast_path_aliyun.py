@@ -17,7 +17,7 @@ import json
 import pickle
 
 import pytest
-from test_columnar_fast_path import _DROP, assert_same, edited_doc
+from parse_harness import DROP, assert_same, dumps, edited_doc
 
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord
@@ -27,17 +27,12 @@ from cdclake.sim.wire import WIRE_FORMATS
 FMT = "aliyun-json"
 #: The topic's configured types (the columns DataWorks' six types say too little about).
 TYPED = next(w for w in WIRE_FORMATS if w.format == FMT).options["options"]
-DROP = _DROP
 ODD = [DROP, None, "", "x", 0, 1, -1, 1.5, 10**40, True, [1], {"a": 1}, []]
 
 
 def _simulated(seed: int, hours: int = 2, partitions: int = 2) -> list[tuple]:
     src = SimulatedSource(seed=seed, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=hours)
     return [(m.partition, m.key, m.value) for m in aliyun_json(src.run(), src.tables, partitions=partitions)]
-
-
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 @pytest.mark.parametrize("size", [5, 1000])
@@ -77,7 +72,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
     out: list[tuple] = []
 
     def doc(d, path=(), kafka=None, **members):
-        out.append((kafka, _dumps(edited_doc(d, path, members))))
+        out.append((kafka, dumps(edited_doc(d, path, members))))
 
     bases = (load, ins, upd, half, dele)
     for base in bases:
@@ -142,7 +137,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
             doc(base, kafka=kafka_key)
         doc(dele, ("payload", "before"), kafka=kafka_key, dataColumn={k: v for k, v in drow.items() if k != first})
         doc(ins, ("schema",), kafka=kafka_key, primaryKey=None)
-    raw = _dumps(ins)
+    raw = dumps(ins)
     out += [(None, raw + b" x"), (None, raw + b"  \n"), (None, raw[:-1]), (None, raw[:-5]), (None, b"\xef\xbb\xbf" + raw),
             (None, raw.replace(b'"op":"INSERT"', b'"op":"INSERT","op":"DELETE"', 1)),
             (None, raw.replace(b'"dataColumn":{', b'"dataColumn":{"\\ud800":"1",', 1)),
@@ -174,7 +169,7 @@ def test_fast_path_leaves_control_records_and_errors_to_parse():
     values = [{"schema": schema, "payload": {"op": op, "sequenceId": "9", "after": {"dataColumn": {"id": 1}},
                                              "before": {"dataColumn": {"id": 1}}, "ddl": None}}
               for op in ("MHEARTBEAT", "ALTER", "TRUNCATE", "UPSERT")]
-    raws = [_dumps(v) for v in values] + [b"{", b"[]", b'{"payload":{"op":"INSERT"}}']
+    raws = [dumps(v) for v in values] + [b"{", b"[]", b'{"payload":{"op":"INSERT"}}']
     records = [KafkaRecord("t", 0, n, 0, None, raw) for n, raw in enumerate(raws)]
     assert parser.fast_parse(records) == [None] * len(records)
 

@@ -19,8 +19,7 @@ import pickle
 
 import pytest
 from helpers import sample
-from test_columnar_fast_path import _DROP, _edited, assert_same
-from test_parse_fast_paths import _dumps
+from parse_harness import DROP, assert_same, dumps, edited
 
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord
@@ -65,7 +64,7 @@ def test_a_configured_key_over_null_kafka_keys_is_read_alike():
 def _bare(raw: bytes, envelope: bool) -> bytes:
     """A Connect document without its schema: ``{"schema": null, "payload": ...}`` or the bare payload."""
     payload = json.loads(raw)["payload"]
-    return _dumps({"schema": None, "payload": payload} if envelope else payload)
+    return dumps({"schema": None, "payload": payload} if envelope else payload)
 
 
 def test_messages_without_schemas_are_read_alike():
@@ -85,7 +84,7 @@ def test_document_samples_are_read_alike():
     names = ["snapshot-insert", "insert", "update", "delete", "tombstone"]
     pairs = [(sample("arcion", f"{n}.key.json").encode(), sample("arcion", f"{n}.value.json").encode()) for n in names]
     pairs.append((sample("arcion", "update.key.json").encode(), sample("arcion", "update.value-key.json").encode()))
-    compact = [(k, _dumps(json.loads(v)) if v.strip() != b"null" else None) for k, v in pairs]
+    compact = [(k, dumps(json.loads(v)) if v.strip() != b"null" else None) for k, v in pairs]
     for size in (1, 4, 100):
         read_fast = assert_same(FORMAT, [(0, k, v) for k, v in pairs + compact], size)
         assert read_fast >= 8
@@ -107,7 +106,7 @@ def _first(records: list[tuple], op: str, table: str = None) -> tuple[bytes, dic
 def _key_doc(key: bytes, **payload) -> bytes:
     doc = json.loads(key)
     doc["payload"] = payload
-    return _dumps(doc)
+    return dumps(doc)
 
 
 def _variants(records: list[tuple]) -> list[tuple]:
@@ -121,23 +120,23 @@ def _variants(records: list[tuple]) -> list[tuple]:
     out = []
 
     def doc(key, d, path=(), **members):
-        out.append((key, _edited(d, tuple(path), members)))
+        out.append((key, edited(d, tuple(path), members)))
 
     # the envelope and the payload: every member removed or of each JSON type
     for key, d in events:
         for name in ("schema", "payload"):
-            doc(key, d, **{name: _DROP})
+            doc(key, d, **{name: DROP})
             for value in WRONG_TYPES + ({},):
                 doc(key, d, **{name: value})
         doc(key, d, extra=1)
         for name in ("before", "after", "source", "op", "ts_ms"):
-            doc(key, d, ("payload",), **{name: _DROP})
+            doc(key, d, ("payload",), **{name: DROP})
             for value in WRONG_TYPES + ({},):
                 doc(key, d, ("payload",), **{name: value})
         doc(key, d, ("payload",), extra={"x": 1}, transaction={"id": "t"})
         # the source block: every member removed or of each JSON type
         for name in list(d["payload"]["source"]) + ["extra"]:
-            doc(key, d, ("payload", "source"), **{name: _DROP})
+            doc(key, d, ("payload", "source"), **{name: DROP})
             for value in WRONG_TYPES + ("",):
                 doc(key, d, ("payload", "source"), **{name: value})
     # operations, control-like and DDL-like messages
@@ -148,10 +147,10 @@ def _variants(records: list[tuple]) -> list[tuple]:
     doc(upd_key, upd, ("payload",), op="d")
     doc(ins_key, ins, ("payload",), op="d")
     doc(del_key, dele, ("payload",), op="u")
-    out.append((ins_key, _dumps({"schema": None, "payload": {"type": "DDL", "ddl": "CREATE TABLE t (id INT)",
+    out.append((ins_key, dumps({"schema": None, "payload": {"type": "DDL", "ddl": "CREATE TABLE t (id INT)",
                                                               "source": ins["payload"]["source"]}})))
-    out.append((ins_key, _dumps({"schema": None, "payload": {"ts_ms": 1, "serverName": "x"}})))
-    out.append((ins_key, _dumps({"schema": None, "payload": {"status": "BEGIN", "id": "1"}})))
+    out.append((ins_key, dumps({"schema": None, "payload": {"ts_ms": 1, "serverName": "x"}})))
+    out.append((ins_key, dumps({"schema": None, "payload": {"status": "BEGIN", "id": "1"}})))
     # images: empty, of another shape, every column removed, null or of each JSON type
     doc(upd_key, upd, ("payload",), before={})
     doc(upd_key, upd, ("payload",), after={})
@@ -168,7 +167,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
             if not row:
                 continue
             for col in row:
-                doc(key, d, ("payload", image), **{col: _DROP})
+                doc(key, d, ("payload", image), **{col: DROP})
                 for value in WRONG_TYPES + ("", 10**30, -(2**63) - 1, 2**64, 1e300, 1.0, -0.0, "AAEC", "@@@"):
                     doc(key, d, ("payload", image), **{col: value})
             doc(key, d, ("payload", image), extra="1")
@@ -213,12 +212,12 @@ def _variants(records: list[tuple]) -> list[tuple]:
                 b"\xff\xfe", b'{"schema":null,"payload":null}', b'{"schema":null,"payload":{}}',
                 b'{"schema":null,"payload":[1]}', _key_doc(upd_key), _key_doc(upd_key, other=1),
                 _key_doc(upd_key, **{key_col: None}), _key_doc(upd_key, **{key_col: "x"}),
-                _key_doc(upd_key, **{key_col: key_value, "extra": 2}), _dumps({key_col: key_value}),
-                _dumps({"extra": 1, key_col: key_value}), upd_key + b" ", upd_key[:-3]):
-        out.append((key, _dumps(upd)))
-        out.append((key, _dumps(dele)))
-        out.append((key, _edited(dele, ("payload",), {"before": {}})))
-        out.append((key, _edited(dele, ("payload", "before"), {key_col: None})))
+                _key_doc(upd_key, **{key_col: key_value, "extra": 2}), dumps({key_col: key_value}),
+                dumps({"extra": 1, key_col: key_value}), upd_key + b" ", upd_key[:-3]):
+        out.append((key, dumps(upd)))
+        out.append((key, dumps(dele)))
+        out.append((key, edited(dele, ("payload",), {"before": {}})))
+        out.append((key, edited(dele, ("payload", "before"), {key_col: None})))
     for fields in ([], None, "x", [{"type": "int32", "field": key_col}, {"type": "string", "field": "other"}],
                    [{"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": "x",
                      "field": key_col}],
@@ -227,8 +226,8 @@ def _variants(records: list[tuple]) -> list[tuple]:
                    [{"type": "string", "field": key_col}], [5, {"field": 3}]):
         key = copy.deepcopy(key_doc)
         key["schema"]["fields"] = fields
-        out.append((_dumps(key), _dumps(upd)))
-        out.append((_dumps(key), _edited(dele, ("payload",), {"before": {}})))
+        out.append((dumps(key), dumps(upd)))
+        out.append((dumps(key), edited(dele, ("payload",), {"before": {}})))
     # value schemas: columns typed otherwise, or not typed at all
     value_fields = upd["schema"]["fields"]
     struct = next(f for f in value_fields if f["field"] == "after")
@@ -240,18 +239,18 @@ def _variants(records: list[tuple]) -> list[tuple]:
         for f in d["schema"]["fields"]:
             if f["field"] in ("before", "after"):
                 f["fields"][1] = {**col_schema, "field": f["fields"][1]["field"]}
-        out.append((upd_key, _dumps(d)))
+        out.append((upd_key, dumps(d)))
     for fields in ([f for f in value_fields if f["field"] != "before"], [f for f in value_fields if f["field"] != "after"],
                    [{**struct, "fields": struct["fields"][1:]}] + value_fields, [], "x"):
         d = copy.deepcopy(upd)
         d["schema"]["fields"] = fields
-        out.append((upd_key, _dumps(d)))
+        out.append((upd_key, dumps(d)))
     # bytes that are not one JSON document, or are one in another layout
-    raw = _dumps(upd)
+    raw = dumps(upd)
     # a second schema (small: the nesting pre-check leaves values of many brackets to parse())
     other = {"type": "struct", "fields": [{"type": "struct", "field": "after", "fields": [
         {"type": "string", "field": c} for c in upd["payload"]["after"]]}]}
-    second_schema = raw[:-1] + b',"schema":' + _dumps(other) + b"}"  # the last member of a name wins
+    second_schema = raw[:-1] + b',"schema":' + dumps(other) + b"}"  # the last member of a name wins
     out += [(upd_key, second_schema + b"\n"), (upd_key, second_schema)]
     out += [(upd_key, raw + b" x"), (upd_key, raw + b"  "), (upd_key, raw + b"\n"), (upd_key, raw[:-5]),
             (upd_key, raw + raw), (upd_key, raw[:-1] + b',"payload":{"op":"d"}}'),
@@ -264,7 +263,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
             (upd_key, raw.replace(b'"ts_ms":', b'"ts_ms":NaN,"x":', 1)),
             (upd_key, raw.replace(b'"payload":', b'"payload": \n', 1)),
             (upd_key, json.dumps(upd, indent=1).encode()),
-            (upd_key, _dumps({"payload": upd["payload"], "schema": upd["schema"]})),
+            (upd_key, dumps({"payload": upd["payload"], "schema": upd["schema"]})),
             (upd_key, b"null"), (upd_key, b" null "), (upd_key, b"default"), (upd_key, b'"default"'),
             (upd_key, b"[]"), (upd_key, b'"x"'), (upd_key, b"{}"), (upd_key, b""), (upd_key, None)]
     return out
@@ -302,9 +301,9 @@ def test_deletes_keyed_by_their_kafka_key_are_read_alike(arcion_records):
     deletes = [(k, json.loads(v)) for _, k, v in arcion_records if v and json.loads(v)["payload"]["op"] == "d"]
     records = []
     for key, d in deletes:
-        records.append((0, key, _edited(d, ("payload",), {"before": {}})))
+        records.append((0, key, edited(d, ("payload",), {"before": {}})))
         first = next(iter(d["payload"]["before"]))
-        records.append((0, key, _edited(d, ("payload", "before"), {first: None})))
+        records.append((0, key, edited(d, ("payload", "before"), {first: None})))
     read_fast = assert_same(FORMAT, records, 64)
     assert read_fast == len(records) > 0
 
@@ -328,7 +327,7 @@ def test_numbers_are_read_as_json_loads_reads_them(arcion_records):
         for col in upd["payload"]["after"]:
             d = copy.deepcopy(upd)
             d["payload"]["after"][col] = "__number__"
-            records.append((0, key, _dumps(d).replace(b'"__number__"', number.encode())))
+            records.append((0, key, dumps(d).replace(b'"__number__"', number.encode())))
     read_fast = assert_same(FORMAT, arcion_records[:20] + records, 50)
     assert read_fast >= 150
 

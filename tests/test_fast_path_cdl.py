@@ -23,8 +23,7 @@ import random
 import struct
 
 import pytest
-from test_columnar_fast_path import _DROP, assert_same, edited_doc
-from test_parse_fast_paths import CONNECT_SCHEMAS, CONNECT_VALUES, outcome
+from parse_harness import CONNECT_SCHEMAS, CONNECT_VALUES, DROP, assert_same, dumps, edited_doc, outcome
 
 from cdclake.formats.cdl import _converter, _Typed
 from cdclake.record import ParseError
@@ -46,11 +45,6 @@ def _row_changes(records: list[tuple]) -> int:
     return sum(1 for _, _, v in records if v and json.loads(v)["payload"].get("OPERATION"))
 
 
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-DROP = _DROP
 #: A value of each JSON type (and a missing member) that a field may be replaced with.
 ODD = (DROP, None, "x", "", 7, -1, 1.5, 10**30, True, False, [], [1], {}, {"a": 1})
 
@@ -122,7 +116,7 @@ def _variants(records) -> list[tuple]:
     out: list[tuple] = []
 
     def doc(key, d, path=(), **members):
-        out.append((key, _dumps(_edit(d, ("payload",) + tuple(path), **members))))
+        out.append((key, dumps(_edit(d, ("payload",) + tuple(path), **members))))
 
     # every payload member of each operation: missing, null, of each JSON type
     for key, d in ((ins_key, ins), (upd_key, upd), (del_key, dele)):
@@ -144,11 +138,11 @@ def _variants(records) -> list[tuple]:
         doc(ins_key, ins, message_version=version)
     for message_type in ("0", "1", 0, 1, "00", None, DROP, 0.0):
         doc(ins_key, ins, message_type=message_type)
-        out.append((None, _dumps(_edit(beat, ("payload",), message_type=message_type))))
+        out.append((None, dumps(_edit(beat, ("payload",), message_type=message_type))))
     doc(ins_key, ins, OPERATION=None, TABLE_NAME=None, data=None, unique=None)
     doc(ins_key, ins, OPERATION=None, TABLE_NAME=None, data=None, HEARTBEAT_IDENTIFIER=None)
-    out.append((None, _dumps(_edit(beat, ("payload",), message_type="0"))))
-    out.append((None, _dumps(_edit(beat, ("payload",), message_type="0", OPERATION="INSERT"))))
+    out.append((None, dumps(_edit(beat, ("payload",), message_type="0"))))
+    out.append((None, dumps(_edit(beat, ("payload",), message_type="0", OPERATION="INSERT"))))
     # positions and transactions
     tx = ("transaction",)
     for lsn in ("26/2C5A7E10", "163955221008", " 12 ", "zz", -1, 10**38, 10**38 - 1, 1.5, True, None, [1], {}):
@@ -229,16 +223,16 @@ def _variants(records) -> list[tuple]:
                             {"name": "org.apache.kafka.connect.data.Decimal", "parameters": "scale=2"},
                             {"name": "org.apache.kafka.connect.data.Date", "type": "int32"},
                             {"name": 5}, {"field": 5}, {"type": None}):
-                out.append((ins_key, _dumps(with_fields(ins, struct_name, set_col(col, entries)))))
-    out.append((ins_key, _dumps(with_fields(ins, "before", lambda fields: fields.append(
+                out.append((ins_key, dumps(with_fields(ins, struct_name, set_col(col, entries)))))
+    out.append((ins_key, dumps(with_fields(ins, "before", lambda fields: fields.append(
         {"type": "string", "optional": True, "field": "only_before"})))))
-    out.append((ins_key, _dumps(with_fields(ins, "data", lambda fields: fields.reverse()))))
-    out.append((ins_key, _dumps(with_fields(ins, "data", lambda fields: fields.clear()))))
-    out.append((ins_key, _dumps(with_fields(ins, "unique", lambda fields: fields.clear()))))
+    out.append((ins_key, dumps(with_fields(ins, "data", lambda fields: fields.reverse()))))
+    out.append((ins_key, dumps(with_fields(ins, "data", lambda fields: fields.clear()))))
+    out.append((ins_key, dumps(with_fields(ins, "unique", lambda fields: fields.clear()))))
     for key, d in ((ins_key, ins), (upd_key, upd), (del_key, dele)):
         d = with_fields(with_fields(d, "data", lambda fields: fields.clear()), "before", lambda fields: fields.clear())
         images = {image: None if d["payload"][image] is None else {} for image in ("data", "before")}
-        out.append((key, _dumps(_edit(d, ("payload",), **images))))
+        out.append((key, dumps(_edit(d, ("payload",), **images))))
     for bad in ("a/b", "x\ty", "..", "ok name"):  # a column of that name in the schema and the images
         for key, d in ((ins_key, ins), (upd_key, upd), (del_key, dele)):
             d = with_fields(with_fields(d, "data", set_col("name", {"field": bad})), "before",
@@ -247,12 +241,12 @@ def _variants(records) -> list[tuple]:
             for image in ("data", "before"):
                 if d["payload"][image] is not None:
                     d["payload"][image] = {(bad if k == "name" else k): v for k, v in d["payload"][image].items()}
-            out.append((key, _dumps(d)))
-            out.append((key, _dumps(_edit(d, ("payload",), unique={"id": 1, bad: "x"}))))
+            out.append((key, dumps(d)))
+            out.append((key, dumps(_edit(d, ("payload",), unique={"id": 1, bad: "x"}))))
     for odd_schema in (None, {}, [], "x", {"fields": "x"}, {"fields": [1, {"field": "data", "fields": 3}]}):
-        out.append((ins_key, _dumps(_edit(ins, (), schema=odd_schema))))
+        out.append((ins_key, dumps(_edit(ins, (), schema=odd_schema))))
     # bytes that are not one JSON document, or one of another shape
-    value = _dumps(ins)
+    value = dumps(ins)
     out += [
         (ins_key, value + b' {"x":1}'),
         (ins_key, value + b"  "),
@@ -273,15 +267,15 @@ def _variants(records) -> list[tuple]:
         (ins_key, value.replace(b'"data":{', b'"data":{"x":Infinity,', 1)),
         (ins_key, value.replace(b'"payload":', b'"payload": \n', 1)),
         (ins_key, json.dumps(ins, indent=1).encode()),
-        (ins_key, _dumps({"payload": ins["payload"], "schema": ins["schema"]})),
-        (ins_key, _dumps(ins["payload"])),
-        (ins_key, _dumps(dict(ins, payload=None))),
-        (ins_key, _dumps(dict(ins, payload=[1]))),
-        (ins_key, _dumps(dict(ins, payload="x"))),
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":'),
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":}'),
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":1,"x":2}'),
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":null}'),
+        (ins_key, dumps({"payload": ins["payload"], "schema": ins["schema"]})),
+        (ins_key, dumps(ins["payload"])),
+        (ins_key, dumps(dict(ins, payload=None))),
+        (ins_key, dumps(dict(ins, payload=[1]))),
+        (ins_key, dumps(dict(ins, payload="x"))),
+        (ins_key, b'{"schema":' + dumps(ins["schema"]) + b',"payload":'),
+        (ins_key, b'{"schema":' + dumps(ins["schema"]) + b',"payload":}'),
+        (ins_key, b'{"schema":' + dumps(ins["schema"]) + b',"payload":1,"x":2}'),
+        (ins_key, b'{"schema":' + dumps(ins["schema"]) + b',"payload":null}'),
         (ins_key, b""), (ins_key, None), (ins_key, b"[]"), (ins_key, b'"x"'), (ins_key, b"null"), (ins_key, b"}"),
         (ins_key, b"{}"),
     ]
@@ -321,9 +315,9 @@ def test_numbers_are_read_as_json_loads_reads_them(simulated):
         for col in ("weight", "stock", "price"):
             d = copy.deepcopy(upd)
             d["payload"]["data"][col] = "__number__"
-            records.append((0, key, _dumps(d).replace(b'"__number__"', number.encode())))
-        records.append((0, b'{"id":%s}' % number.encode(), _dumps(_edit(upd, ("payload",), unique=None))))
-        records.append((0, b'{"id":%s}' % number.encode(), _dumps(_edit(dele, ("payload",), unique=None,
+            records.append((0, key, dumps(d).replace(b'"__number__"', number.encode())))
+        records.append((0, b'{"id":%s}' % number.encode(), dumps(_edit(upd, ("payload",), unique=None))))
+        records.append((0, b'{"id":%s}' % number.encode(), dumps(_edit(dele, ("payload",), unique=None,
                                                                           before=None))))
     read_fast = assert_same(FMT, simulated[:20] + records, 50)
     assert read_fast >= 300

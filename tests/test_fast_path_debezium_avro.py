@@ -19,7 +19,7 @@ import datetime as dt
 import json
 
 import pytest
-from test_columnar_fast_path import assert_same, edited_doc
+from parse_harness import assert_same, edited_doc
 
 from cdclake.formats.debezium_avro import wire_parts, wire_value
 from cdclake.sim import SimulatedSource

@@ -16,7 +16,7 @@ import json
 import pickle
 
 import pytest
-from test_columnar_fast_path import _DROP, assert_same, edited_doc
+from parse_harness import DROP, assert_same, dumps, edited_doc
 
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord
@@ -29,7 +29,6 @@ FMT = "aws-dms-json"
 KEYS = {"primary_keys": {t.name: list(t.primary_key) for t in TABLES.values()}, "before_image_field": "before-image"}
 #: The keys and the column types of every table (DMS carries no types).
 TYPED = {**KEYS, "column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}
-DROP = _DROP
 #: Values of every JSON type for a member: absent, null, text, numbers, a list, an object, a bool.
 ODD = [DROP, None, "", " ", "x", 0, 1, -1, 1.5, 10**40, True, False, [1], {"a": 1}, []]
 
@@ -37,10 +36,6 @@ ODD = [DROP, None, "", " ", "x", 0, 1, -1, 1.5, 10**40, True, False, [1], {"a": 
 def _simulated(seed: int, hours: int = 2, partitions: int = 3) -> list[tuple]:
     src = SimulatedSource(seed=seed, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=hours)
     return [(m.partition, m.key, m.value) for m in dms_json(src.run(), src.tables, partitions=partitions)]
-
-
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 @pytest.mark.parametrize("seed, size", [(43, 7), (44, 1000)])
@@ -71,7 +66,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
     out: list[tuple] = []
 
     def doc(d, path=(), kafka=None, **members):
-        out.append((kafka, _dumps(edited_doc(d, path, members))))
+        out.append((kafka, dumps(edited_doc(d, path, members))))
 
     bases = (load, ins, upd, dele)
     for base in bases + (control,):
@@ -125,7 +120,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
             doc(base, kafka=kafka_key)
         doc(dele, ("data",), kafka=kafka_key, id=DROP)
         doc(ins, ("data",), kafka=kafka_key, id=DROP)
-    raw = _dumps(ins)
+    raw = dumps(ins)
     out += [(None, raw + b" x"), (None, raw + b"\n"), (None, raw + raw), (None, raw[:-1]), (None, b"\xef\xbb\xbf" + raw),
             (None, json.dumps(ins, indent=4).encode()),  # MessageFormat JSON (indented) and JSON_UNFORMATTED alike
             (None, raw.replace(b'"data":{', b'"data":{"x":"\xff",', 1)),
@@ -160,7 +155,7 @@ def test_fast_path_leaves_control_records_and_errors_to_parse():
     parser = get_parser(FMT, KEYS)
     values = [{"metadata": {"record-type": "control", "operation": op, "schema-name": "s", "table-name": "t"}}
               for op in ("create-table", "drop-table", "restart")]
-    raws = [_dumps(v) for v in values] + [b"{", b"[]", b'{"metadata":{"record-type":"data","operation":"insert"}}']
+    raws = [dumps(v) for v in values] + [b"{", b"[]", b'{"metadata":{"record-type":"data","operation":"insert"}}']
     records = [KafkaRecord("t", 0, n, 0, None, raw) for n, raw in enumerate(raws)]
     assert parser.fast_parse(records) == [None] * len(records)
 

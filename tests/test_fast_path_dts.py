@@ -19,7 +19,7 @@ import random
 import fastavro
 import pytest
 from fastavro.schema import parse_schema
-from test_columnar_fast_path import assert_same
+from parse_harness import assert_same
 
 from cdclake.formats import get_parser
 from cdclake.formats.dts import NAMESPACE, record_schema

@@ -17,7 +17,7 @@ import datetime as dt
 import json
 
 import pytest
-from test_columnar_fast_path import _DROP, assert_same, edited_doc
+from parse_harness import DROP, assert_same, dumps, edited_doc
 
 from cdclake.sim import SimulatedSource
 from cdclake.sim.model import TABLES
@@ -27,7 +27,6 @@ FMT = "maxwell-json"
 TYPED = {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}
 KAFKA_ORDER = {"without_position": "kafka-order"}
 QUARANTINE = {"without_position": "quarantine"}
-DROP = _DROP
 #: Values of every JSON type for a member: absent, null, text, numbers, a list, an object, a bool.
 ODD = [DROP, None, "", " ", "x", 0, 1, -1, 1.5, -0.0, 10**40, 2**64, True, False, [1], {"a": 1}, []]
 
@@ -68,10 +67,6 @@ def test_with_configured_keys_and_types_is_read_alike():
     assert assert_same(FMT, records, 64, options) > 0
 
 
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 def _first(docs: list[tuple], kind: str) -> tuple:
     return next((k, d) for k, d in docs if d.get("type") == kind)
 
@@ -83,9 +78,9 @@ def _variants(records: list[tuple]) -> list[tuple]:
     kb, boot = _first(docs, "bootstrap-insert")
     out: list[tuple] = []
 
-    def doc(pair, path=(), kafka=_DROP, **members):
+    def doc(pair, path=(), kafka=DROP, **members):
         key, d = pair
-        out.append((key if kafka is _DROP else kafka, _dumps(edited_doc(d, path, members))))
+        out.append((key if kafka is DROP else kafka, dumps(edited_doc(d, path, members))))
 
     bases = ((ki, ins), (ku, upd), (kd, dele), (kb, boot))
     for base in bases:
@@ -143,7 +138,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
         doc((kd, dele), ("data",), kafka=kafka_key, id=None)
         doc((ki, ins), ("data",), kafka=kafka_key, id=DROP)
     # bytes that are not one JSON object
-    raw = _dumps(ins)
+    raw = dumps(ins)
     key = ki
     for value in (raw + b" x", raw + b"  \n", b" \t" + raw, raw + raw, raw[:-1], raw[: len(raw) // 2],
                   b"\xef\xbb\xbf" + raw, raw.replace(b'"data":{', b'"data":{"x":"\xff",', 1),
@@ -198,10 +193,10 @@ def test_numbers_of_every_shape_are_read_alike(ordinary):
         for col in ("status", "quantity", "amount", "ordered_at", "product_id"):
             d = json.loads(json.dumps(ins))
             d["data"][col] = "__number__"
-            records.append((0, key, _dumps(d).replace(b'"__number__"', number.encode())))
+            records.append((0, key, dumps(d).replace(b'"__number__"', number.encode())))
         for field in ("ts", "xid", "xoffset"):
             d = json.loads(json.dumps(ins))
             d[field] = "__number__"
-            records.append((0, key, _dumps(d).replace(b'"__number__"', number.encode())))
+            records.append((0, key, dumps(d).replace(b'"__number__"', number.encode())))
     assert_same(FMT, records, 64)
     assert_same(FMT, records, 64, TYPED)

@@ -18,7 +18,7 @@ import json
 import pickle
 
 import pytest
-from test_columnar_fast_path import _DROP, assert_same, edited_doc
+from parse_harness import DROP, assert_same, dumps, edited_doc
 
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord
@@ -29,7 +29,6 @@ from cdclake.sim.render_ogg import ogg_json
 FMT = "ogg-json"
 #: The column types of every table (GoldenGate's JSON carries none).
 TYPED = {"column_types": {t.name: {c.name: c.ctype for c in t.columns} for t in TABLES.values()}}
-DROP = _DROP
 #: Values of every JSON type for a member: absent, null, text, numbers, a list, an object, a bool.
 ODD = [DROP, None, "", " ", "x", 0, 1, -1, 1.5, -0.0, 10**40, 2**64, True, False, [1], {"a": 1}, []]
 
@@ -64,10 +63,6 @@ def test_with_configured_keys_and_types_is_read_alike():
     assert assert_same(FMT, records, 64, options) > 0
 
 
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 def _first(docs: list[dict], op: str, table: str = "") -> dict:
     return next(d for d in docs if d["op_type"] == op and d["table"].endswith(table))
 
@@ -80,7 +75,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
     out: list[tuple] = []
 
     def doc(d, path=(), kafka=None, **members):
-        out.append((kafka, _dumps(edited_doc(d, path, members))))
+        out.append((kafka, dumps(edited_doc(d, path, members))))
 
     bases = (ins, upd, dele, dele_full)
     for base in bases:
@@ -142,10 +137,10 @@ def _variants(records: list[tuple]) -> list[tuple]:
         doc(upd, ("after",), kafka=kafka_key, id=DROP)
         doc(upd, ("after",), kafka=kafka_key, id=DROP, before=None)
     # JSON schema documents, truncates
-    out.append((None, _dumps({"$schema": "http://json-schema.org/draft-04/schema#", "title": "shop.orders",
+    out.append((None, dumps({"$schema": "http://json-schema.org/draft-04/schema#", "title": "shop.orders",
                               "type": "object", "properties": {}})))
     doc(ins, op_type="T", after=DROP)
-    raw = _dumps(ins)
+    raw = dumps(ins)
     out += [(None, raw + b" x"), (None, raw + b"  \n"), (None, b" \t" + raw), (None, raw + raw), (None, raw[:-1]),
             (None, raw[: len(raw) // 2]), (None, b"\xef\xbb\xbf" + raw),
             (None, raw.replace(b'"after":{', b'"after":{"x":"\xff",', 1)),
@@ -204,10 +199,10 @@ def test_numbers_of_every_shape_are_read_alike(ordinary):
         for col in ("status", "quantity", "amount", "ordered_at", "product_id"):
             d = copy.deepcopy(ins)
             d["after"][col] = "__number__"
-            records.append((0, None, _dumps(d).replace(b'"__number__"', number.encode())))
+            records.append((0, None, dumps(d).replace(b'"__number__"', number.encode())))
         d = copy.deepcopy(ins)
         d["pos"] = "__number__"
-        records.append((0, None, _dumps(d).replace(b'"__number__"', number.encode())))
+        records.append((0, None, dumps(d).replace(b'"__number__"', number.encode())))
     options = {"column_types": {"orders": {"quantity": "int", "amount": "decimal(12,2)", "ordered_at": "timestamp",
                                            "product_id": "double"}}}
     read_fast = assert_same(FMT, records, 50, options)
@@ -220,7 +215,7 @@ def test_fast_path_leaves_control_records_truncates_and_errors_to_parse():
               {"$schema": "http://json-schema.org/draft-04/schema#", "title": "S.T"},
               {"table": "S.T", "op_type": "X", "pos": "1", "primary_keys": ["id"], "after": {"id": 1}},
               {"table": "S.T", "op_type": "I", "pos": "1", "primary_keys": ["id"], "after": {"id": 1, "id_isMissing": False}}]
-    raws = [_dumps(v) for v in values] + [b"{", b"[]", b'{"table":"S.T","op_type":"I"}']
+    raws = [dumps(v) for v in values] + [b"{", b"[]", b'{"table":"S.T","op_type":"I"}']
     records = [KafkaRecord("t", 0, n, 0, None, raw) for n, raw in enumerate(raws)]
     assert parser.fast_parse(records) == [None] * len(records)
 

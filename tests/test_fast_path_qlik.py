@@ -24,8 +24,7 @@ from decimal import Decimal
 
 import pytest
 from fastavro import parse_schema, schemaless_reader
-from test_columnar_fast_path import _batches
-from test_normalize_containment import TAGGED
+from parse_harness import TAGGED, dumps, raw_batches
 
 from cdclake.formats import get_parser
 from cdclake.formats.qlik import ENVELOPE_SCHEMA, QLIK_TYPES, value_text
@@ -73,7 +72,7 @@ def assert_same(fmt: str, records: list[tuple], size: int = 97, options=None, en
     """Both parsers (the entries of ``records``' metadata messages, or ``entries``) give the same
     rows for every record; returns how many records the fast path read."""
     entries = _entries(fmt, records) if entries is None else entries
-    batches = _batches(records, size)
+    batches = raw_batches(records, size)
     fast, read_fast = _outcomes(_parser(fmt, entries, True, options), batches, True)
     slow, _ = _outcomes(_parser(fmt, entries, False, options), batches, False)
     assert set(fast) == set(slow)
@@ -197,19 +196,15 @@ METADATA = [
 
 def _md_value(fmt: str, md: dict) -> bytes:
     if fmt == "qlik-json":
-        return _dumps({"magic": "atMSG", "type": "MD", "headers": None, "messageSchemaId": md["schemaId"],
+        return dumps({"magic": "atMSG", "type": "MD", "headers": None, "messageSchemaId": md["schemaId"],
                        "messageSchema": None, "message": md})
     return avro_envelope("MD", avro_bytes(_METADATA_SCHEMA, md), None, json.dumps(_METADATA_SCHEMA))
-
-
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _dt_value(fmt: str, body, sid="GEN1", **envelope) -> bytes:
     """A data message ``body`` of the map-shaped data schema (``envelope``: members of the envelope to set)."""
     if fmt == "qlik-json":
-        return _dumps({"magic": "atMSG", "type": "DT", "headers": None, "messageSchemaId": sid,
+        return dumps({"magic": "atMSG", "type": "DT", "headers": None, "messageSchemaId": sid,
                        "messageSchema": None, "message": body, **envelope})
     avro = {"magic": b"atMSG", "type": "DT", "headers": None, "messageSchemaId": sid, "messageSchema": None,
             "message": avro_bytes(GEN_DATA_SCHEMA, body) if isinstance(body, dict) else body, **envelope}
@@ -345,7 +340,7 @@ def _gen_records(fmt: str) -> list[tuple]:
             records.append((1, None, _dt_value(fmt, base, **members)))
         envelope = json.loads(value)
         for member in ("magic", "type", "message", "messageSchemaId", "headers"):
-            records.append((1, None, _dumps({k: v for k, v in envelope.items() if k != member})))
+            records.append((1, None, dumps({k: v for k, v in envelope.items() if k != member})))
         for lookup in ({"schema": "APP", "table": "GEN"}, {"table": "GEN"}, {"table": "GEN", "tableVersion": 1},
                        {"table": "GEN", "tableVersion": "1"}, {"table": "GEN", "tableVersion": "x"},
                        {"table": "GEN", "tableVersion": 9}, {"schema": "NO", "table": "GEN"}, {"table": "NOPE"},
@@ -411,7 +406,7 @@ def _sim_variants_json(records: list[tuple]) -> list[tuple]:
             for p in path:
                 target = target[p]
             target.update(members)
-            out.append((key, _dumps(d)))
+            out.append((key, dumps(d)))
 
         edited(("message",), data=dict(reversed(list(row.items()))))
         edited(("message",), data={**row, "extra": "x"})

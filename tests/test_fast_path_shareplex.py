@@ -18,7 +18,7 @@ import json
 import pickle
 
 import pytest
-from test_columnar_fast_path import _DROP, assert_same, edited_doc
+from parse_harness import DROP, assert_same, dumps, edited_doc
 
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord
@@ -86,18 +86,13 @@ def test_with_configured_keys_and_types_is_read_alike():
 # variants
 
 
-DROP = _DROP
 #: Values of every JSON type for a member: absent, null, text, numbers, a list, an object, a bool.
 ODD = [DROP, None, "", " ", "x", 0, 1, -1, 1.5, -0.0, 10**40, 2**64, True, False, [1], {"a": 1}, []]
 
 
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _edited(message: dict, path: tuple = (), **members) -> bytes:
+def edited(message: dict, path: tuple = (), **members) -> bytes:
     """``message`` (a copy) with the object at ``path`` given ``members`` (``DROP``: removed), as JSON."""
-    return _dumps(edited_doc(message, path, members))
+    return dumps(edited_doc(message, path, members))
 
 
 def _first(docs: list[dict], op: str, table: str = "") -> dict:
@@ -111,7 +106,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
     out: list[tuple] = []
 
     def doc(d, path=(), kafka=None, **members):
-        out.append((kafka, _edited(d, path, **members)))
+        out.append((kafka, edited(d, path, **members)))
 
     bases = (ins, upd, dele)
     # every top-level member and every meta field: absent, null, of every JSON type
@@ -207,7 +202,7 @@ def _variants(records: list[tuple]) -> list[tuple]:
         doc(dele, ("data",), kafka=kafka_key, id=DROP)
         doc(dele, ("data",), kafka=kafka_key, id=None)
     # bytes that are not one JSON object
-    raw = _dumps(ins)
+    raw = dumps(ins)
     out += [(None, raw + b" x"), (None, raw + b"  \n"), (None, b" \t" + raw), (None, raw + raw), (None, raw + b"{}"),
             (None, raw[:-1]), (None, raw[:-5]), (None, raw[: len(raw) // 2]), (None, b"\xef\xbb\xbf" + raw),
             (None, raw.replace(b'"data":{', b'"data":{"x":"\xff",', 1)),
@@ -272,11 +267,11 @@ def test_numbers_of_every_shape_are_read_alike(ordinary):
         for col in ("status", "quantity", "amount", "ordered_at", "product_id"):
             d = copy.deepcopy(ins)
             d["data"][col] = "__number__"
-            records.append((0, None, _dumps(d).replace(b'"__number__"', number.encode())))
+            records.append((0, None, dumps(d).replace(b'"__number__"', number.encode())))
         for field in ("scn", "seq", "size"):
             d = copy.deepcopy(ins)
             d["meta"][field] = "__number__"
-            records.append((0, None, _dumps(d).replace(b'"__number__"', number.encode())))
+            records.append((0, None, dumps(d).replace(b'"__number__"', number.encode())))
     options = {**KEYS, "column_types": {"orders": {"quantity": "int", "amount": "decimal(12,2)",
                                                    "ordered_at": "timestamp", "product_id": "double"}}}
     read_fast = assert_same(FMT, records, 50, options)
@@ -287,7 +282,7 @@ def test_fast_path_leaves_control_records_and_errors_to_parse():
     parser = get_parser(FMT, KEYS)
     values = [{"meta": {"op": op, "table": "S.T", "scn": "9", "seq": 1}, "data": {"id": "1"}}
               for op in ("UPDATE BEFORE", "DROP COLUMN", "TRUNCATE", "merge")]
-    raws = [_dumps(v) for v in values] + [b"{", b"[]", b'{"meta":{"op":"ins","table":"S.T"}}']
+    raws = [dumps(v) for v in values] + [b"{", b"[]", b'{"meta":{"op":"ins","table":"S.T"}}']
     records = [KafkaRecord("t", 0, n, 0, None, raw) for n, raw in enumerate(raws)]
     assert parser.fast_parse(records) == [None] * len(records)
 

@@ -22,7 +22,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pytest
 from helpers import landed, sample
-from test_normalize_containment import LANDED, RAW, TAGGED
+from parse_harness import LANDED, RAW, TAGGED
 
 from cdclake.config import SourceConfig
 from cdclake.formats import FORMATS, get_parser
@@ -152,7 +152,7 @@ def test_auto_gives_what_the_named_format_gives(rendered, fmt):
     assert errors < len(extra) or fmt == "dts-avro"  # a DTS record cut short is no longer one
 
 
-def _batches(records: list[KafkaRecord], size: int) -> list[pa.RecordBatch]:
+def raw_batches(records: list[KafkaRecord], size: int) -> list[pa.RecordBatch]:
     rows = [{"kafka_topic": "t", "kafka_partition": 0, "kafka_offset": i, "kafka_timestamp_ms": r.timestamp_ms,
              "key": r.key, "value": r.value, "headers": [], "landed_hour": LANDED} for i, r in enumerate(records)]
     return [pa.RecordBatch.from_pylist(rows[i:i + size], schema=RAW) for i in range(0, len(rows), size)]
@@ -180,7 +180,7 @@ def test_auto_fast_path_reads_a_mixed_topic_as_its_per_record_parse(rendered):
         if not fast:
             p.FAST_PATH = False
         out, read_fast = defaultdict(list), 0
-        for b in parse_batches({"t": p}, TAGGED, _batches(mixed, 300)):
+        for b in parse_batches({"t": p}, TAGGED, raw_batches(mixed, 300)):
             for row in b.to_pylist():
                 read_fast += bool(row["_fast"] and row["_first"])
                 out[row["kafka_offset"]].append({k: v for k, v in row.items() if k not in ("_fast", "quarantined_at")})

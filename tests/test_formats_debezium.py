@@ -14,7 +14,7 @@ import pickle
 
 import helpers
 import pytest
-from conftest import CONFORMANCE, f32, flink_expected, json_lines
+from conftest import CONFORMANCE, flink_expected, json_lines, products
 from helpers import krec, sample
 from reference_model import apply_changes, changes
 
@@ -27,11 +27,6 @@ PAIMON_DEBEZIUM = CONFORMANCE / "paimon" / "kafka" / "debezium" / "table"
 
 parse = functools.partial(helpers.parse, "debezium-json")
 one = functools.partial(helpers.one, "debezium-json")
-
-
-def products(state: dict) -> dict[int, tuple]:
-    (table,) = state.values()
-    return {int(r["id"]): (r["name"], r["description"], f32(r["weight"])) for r in table.values()}
 
 
 # --- Lindorm: Debezium Format V2.0 (samples verbatim) -------------------------------------------
@@ -535,7 +530,9 @@ def _change(op, before=None, after=None, position=(1,), row=0, table="t"):
 
 
 def test_reference_model_rules():
-    k = lambda offset, partition=0: KafkaRecord("t", partition, offset, 0, None, b"{}")
+    def k(offset, partition=0):
+        return KafkaRecord("t", partition, offset, 0, None, b"{}")
+
     pairs = [
         (k(5), _change("update", {"id": "1"}, {"id": "2", "v": "b"}, position=(3,))),  # key change, applied 3rd
         (k(0), _change("insert", None, {"id": "1", "v": "a", "w": "x"}, position=(1,))),

@@ -20,10 +20,9 @@ import json
 import pickle
 
 import pytest
-from conftest import CONFORMANCE, flink_expected
+from conftest import CONFORMANCE, flink_expected, products
 from helpers import krec
 from reference_model import apply_changes, changes
-from test_formats_debezium import products
 
 from cdclake.formats import get_parser
 from cdclake.formats.debezium_avro import SchemaRegistryUnavailable, wire_parts, wire_value
@@ -436,7 +435,7 @@ def test_json_schema_decimals_as_numbers_are_read_exactly_at_their_scale():
 def test_json_schema_values_have_the_nesting_limit_of_json_formats():
     """normalize's ``max_nesting_depth`` applies to the JSON after the wire-format header (a
     deeply nested document would exhaust the reader's stack)."""
-    from test_normalize_containment import LANDED
+    from parse_harness import LANDED
 
     from cdclake.normalize.rows import classify_records
     from cdclake.record import KafkaRecord

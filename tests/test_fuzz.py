@@ -49,7 +49,7 @@ from conftest import json_edit, produce, write_pipeline
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from pipeline import H0, hour, ms
-from test_normalize_containment import TAGGED, arrow_schema, outcomes, raw_batch
+from parse_harness import TAGGED, arrow_schema, outcomes, raw_batch
 
 from cdclake.formats import dts
 from cdclake.formats.qlik import ENVELOPE_SCHEMA

@@ -16,27 +16,19 @@ are equal).
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
-import re
-from collections import defaultdict
 
-import pyarrow as pa
 from conftest import json_edit, write_pipeline
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from parse_harness import LANDED, kinds, run_batch
 from pipeline import H0, hour, ms
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DecimalType, IntegerType, LongType, MapType,
-                               StringType, StructField, StructType, TimestampType)
 
 from cdclake.config import load_pipeline
 from cdclake.gates import run_gate
-from cdclake.lake import RAW_SCHEMA, ddl_columns as _columns
 from cdclake.land import land
 from cdclake.normalize import (MAX_NESTING_DEPTH, classify_records, json_deeper_than, json_nesting_depth, normalize,
-                               parse_batches, quarantine_reason, registry_row)
-from cdclake.normalize.rows import TAGGED_SCHEMA as _TAGGED_SCHEMA
+                               quarantine_reason, registry_row)
 from cdclake.formats import get_parser
 from cdclake.record import KafkaRecord, SchemaEntry
 from cdclake.sim import SimulatedSource, canal_json, create_topic, debezium_json, produce
@@ -93,80 +85,6 @@ def test_deep_qlik_json_past_a_raised_limit_is_quarantined_not_fatal(stack, spar
 
 # ---------------------------------------------------------------------------------------------
 # Arrow batches without the JVM
-
-_SIMPLE = {"string": StringType(), "int": IntegerType(), "bigint": LongType(), "boolean": BooleanType(),
-           "binary": BinaryType(), "timestamp": TimestampType()}
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += ch in "<("
-        depth -= ch in ">)"
-        if ch == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return parts + [text[start:]]
-
-
-def spark_type(text: str):
-    """The Spark type of a DDL type as Spark's parser reads it (every level nullable)."""
-    text = text.strip()
-    if text in _SIMPLE:
-        return _SIMPLE[text]
-    m = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", text)
-    if m:
-        return DecimalType(int(m.group(1)), int(m.group(2)))
-    if text.startswith("array<"):
-        return ArrayType(spark_type(text[6:-1]), True)
-    if text.startswith("map<"):
-        k, v = _split_top(text[4:-1], ",")
-        return MapType(spark_type(k), spark_type(v), True)
-    if text.startswith("struct<"):
-        fields = [f.split(":", 1) for f in _split_top(text[7:-1], ",")]
-        return StructType([StructField(n.strip(), spark_type(t), True) for n, t in fields])
-    raise ValueError(f"type {text!r} is not handled")
-
-
-def arrow_schema(ddl: str) -> pa.Schema:
-    """The Arrow schema Spark gives the DDL column list ``ddl`` (``to_arrow_schema`` of its parse)."""
-    return to_arrow_schema(StructType([StructField(n, spark_type(t), True) for n, t in _columns(ddl)]))
-
-
-TAGGED = arrow_schema(_TAGGED_SCHEMA)
-RAW = arrow_schema(RAW_SCHEMA)
-LANDED = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def raw_batch(topic: str, records: list[tuple]) -> pa.RecordBatch:
-    """A raw table Arrow batch of ``(key, value)`` pairs (optionally with headers) at offsets 0, 1, ..."""
-    rows = [{"kafka_topic": topic, "kafka_partition": 0, "kafka_offset": i, "kafka_timestamp_ms": 1_704_067_200_000 + i,
-             "key": key, "value": value, "headers": list(more[0]) if more else [], "landed_hour": LANDED}
-            for i, (key, value, *more) in enumerate(records)]
-    return pa.RecordBatch.from_pylist(rows, schema=RAW)
-
-
-def outcomes(batches) -> dict[tuple, list[dict]]:
-    """The output rows of ``parse_batches`` per record (topic, partition, offset), checked against the schema."""
-    out = defaultdict(list)
-    for b in batches:
-        assert b.schema == TAGGED
-        for row in b.to_pylist():
-            out[(row["kafka_topic"], row["kafka_partition"], row["kafka_offset"])].append(row)
-    return out
-
-
-def run_batch(parser, records, **limits) -> list[list[dict]]:
-    """The output rows of each of ``records`` (``(key, value)`` pairs) parsed by ``parser`` in one batch."""
-    topic = "t"
-    got = outcomes(parse_batches({topic: parser}, TAGGED, [raw_batch(topic, records)], **limits))
-    assert set(got) <= {(topic, 0, i) for i in range(len(records))}
-    return [got.get((topic, 0, i), []) for i in range(len(records))]
-
-
-def kinds(rows: list[dict]) -> list[str]:
-    return [r["_kind"] for r in rows]
-
 
 # ---------------------------------------------------------------------------------------------
 # nesting depth

@@ -19,6 +19,7 @@ import datetime as dt
 import json
 
 import pytest
+from parse_harness import CONNECT_SCHEMAS, CONNECT_VALUES, TYPES, VALUES, connect_schema, dumps, outcome, variants
 
 from cdclake.formats.json_values import EnvelopeReader, load_json, unwrap_envelope
 from cdclake.formats.text import general_text, text_converter
@@ -29,59 +30,11 @@ from cdclake.record import KafkaRecord, ParseError
 from cdclake.sim import SimulatedSource, canal_json, debezium_json
 
 
-def outcome(fn, *args):
-    """``("ok", result)`` or ``("error", exception type, message)``."""
-    try:
-        return ("ok", fn(*args))
-    except Exception as exc:  # the comparison includes the errors
-        return ("error", type(exc).__name__, str(exc))
-
-
-TYPES = ["string", "boolean", "smallint", "int", "bigint", "float", "double", "decimal(10,2)", "decimal(38,0)",
-         "decimal(5,5)", "decimal(38,38)", "date", "timestamp", "binary", "time", "decimal"]
-VALUES = [None, "", " ", "abc", "12", " 12 ", "-7", "1_000", "٣", "1e3", "12.5", "12.50", "-0.001", "1E+2", "NaN",
-          "inf", "-Infinity", "true", "False", "yes", "0", "1", "2024-01-02", "2024-01-02 03:04:05",
-          "2024-01-02T03:04:05.1234567+02:00", "0000-00-00 00:00:00", "2024-13-40", "AAEC", "99999999999999999999999999999.5",
-          "1" * 40, 0, 1, -1, 12, 2**63, -(2**70), 10**40, True, False, 1.5, 0.1 + 0.2, 1e20, 1e-7, -0.0, 12.0,
-          float("nan"), float("inf"), 1e308 * 10, {"b": 1, "a": [1, 2]}, [1, "x"], [], {}]
-
-
 @pytest.mark.parametrize("ctype", TYPES)
 def test_text_converter_is_the_general_rule(ctype):
     conv = text_converter(ctype)
     for value in VALUES:
         assert outcome(conv, value) == outcome(general_text, value, ctype), (ctype, value)
-
-
-def _schema(ctype, name=None, **params):
-    s = {"type": ctype, "optional": True, "field": "c"}
-    if name:
-        s["name"] = name
-    if params:
-        s["parameters"] = params
-    return s
-
-
-CONNECT_SCHEMAS = [
-    _schema("int32"), _schema("int64"), _schema("int16"), _schema("float64"), _schema("float32"), _schema("boolean"),
-    _schema("string"), _schema("bytes"), _schema("array"), _schema("struct"), _schema("nope"),
-    _schema("bytes", "org.apache.kafka.connect.data.Decimal", scale="2", **{"connect.decimal.precision": "10"}),
-    _schema("bytes", "org.apache.kafka.connect.data.Decimal", scale="0"),
-    _schema("bytes", "org.apache.kafka.connect.data.Decimal", scale="40", **{"connect.decimal.precision": "50"}),
-    _schema("bytes", "org.apache.kafka.connect.data.Decimal", scale="x"),
-    {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": [1], "field": "c"},
-    _schema("struct", "io.debezium.data.VariableScaleDecimal"),
-    _schema("int64", "io.debezium.time.Timestamp"), _schema("int64", "io.debezium.time.MicroTimestamp"),
-    _schema("int64", "io.debezium.time.NanoTimestamp"), _schema("int64", "org.apache.kafka.connect.data.Timestamp"),
-    _schema("int32", "io.debezium.time.Date"), _schema("int32", "org.apache.kafka.connect.data.Date"),
-    _schema("int64", "io.debezium.time.MicroTime"), _schema("int32", "io.debezium.time.Time"),
-    _schema("string", "io.debezium.time.ZonedTimestamp"), _schema("string", "io.debezium.data.Json"),
-    _schema("string", "io.debezium.data.Enum"),
-]
-CONNECT_VALUES = VALUES + [base64.b64encode(b"\x01\x02").decode(), "/zg=", "AA==", "f////////w==", "gAAAAAAAAQ==",
-                           base64.b64encode((10**35).to_bytes(15, "big")).decode(), "QUJ", "AB==", "A-B_",
-                           {"scale": 2, "value": "MDk="}, {"scale": "x", "value": "MDk="}, 1700000000123, -1234567,
-                           -4000, 19000, 86_399_999_999, "2024-01-02T03:04:05Z"]
 
 
 @pytest.mark.parametrize("schema", CONNECT_SCHEMAS, ids=lambda s: f"{s['type']}-{s.get('name', '')}")
@@ -102,7 +55,7 @@ def test_decimal_fast_path_over_many_values():
                 except OverflowError:
                     pass
     for scale, precision in ((0, 38), (2, 12), (5, 38), (18, 38), (30, 38)):
-        schema = _schema("bytes", "org.apache.kafka.connect.data.Decimal", scale=str(scale),
+        schema = connect_schema("bytes", "org.apache.kafka.connect.data.Decimal", scale=str(scale),
                          **{"connect.decimal.precision": str(precision)})
         conv = connect_converter(schema)
         for value in values:
@@ -118,10 +71,6 @@ def test_canal_converter_is_canal_text(ctype):
 
 # --- the envelope path and whole parsers -------------------------------------------------------
 
-def _dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 def _simulated(render):
     src = SimulatedSource(seed=11, start=dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), hours=2)
     return [(m.key, m.value) for m in render(src.run(), src.tables)]
@@ -132,76 +81,18 @@ def debezium_messages():
     return _simulated(debezium_json)
 
 
-def _first(messages, op):
-    for key, value in messages:
-        if value is not None and json.loads(value)["payload"]["op"] == op:
-            return key, json.loads(value)
-    raise LookupError(op)
-
-
-def _variants(messages):
-    """(key, value) records built from real Debezium messages: valid but unusual, or malformed."""
-    ins_key, ins = _first(messages, "c")
-    upd_key, upd = _first(messages, "u")
-    value = _dumps(ins)
-    out = []
-
-    def doc(key, d, **payload):
-        d = copy.deepcopy(d)
-        d["payload"].update(payload)
-        out.append((key, _dumps(d)))
-
-    doc(ins_key, ins, op="x")
-    doc(ins_key, ins, op=None)
-    doc(ins_key, ins, op="t")
-    doc(ins_key, ins, message_type="1")
-    doc(ins_key, ins, after=None)
-    doc(ins_key, ins, after="text")
-    doc(ins_key, ins, source={"table": 5})
-    doc(upd_key, upd, before={**upd["payload"]["before"], "extra": [1]})
-    doc(ins_key, ins, after={**ins["payload"]["after"], "name": "__debezium_unavailable_value"})
-    doc(ins_key, ins, after={k: (v if k != "id" else "5") for k, v in ins["payload"]["after"].items()})
-    doc(ins_key, ins, after={k: (True if isinstance(v, int) else v) for k, v in ins["payload"]["after"].items()})
-    doc(ins_key, ins, after=dict(reversed(list(ins["payload"]["after"].items()))))
-    out += [
-        (ins_key, value + b' {"x":1}'),                                  # text after the document
-        (ins_key, value + b"  "),                                         # whitespace after it (valid)
-        (ins_key, value[:-1] + b',"payload":{"op":"d"}}'),                # a second payload
-        (ins_key, value[:-1] + b',"extra":1}'),                           # a third member
-        (ins_key, value[:-1] + b"  }"),                                   # whitespace before the end (valid)
-        (ins_key, value.replace(b'"after":{', b'"after":{"x\xff":1,', 1)),  # invalid UTF-8 in the payload
-        (ins_key, value.replace(b'"optional":', b'"opt\xfeional":', 1)),   # ... in the schema
-        (ins_key, b"\xef\xbb\xbf" + value),                               # a BOM
-        (ins_key, value[:-20]),                                           # truncated
-        (ins_key, value[:-1] + b"]"),                                     # wrong closing bracket
-        (ins_key, value.replace(b'"payload":', b'"payload": \n', 1)),     # whitespace around the payload (valid)
-        (ins_key, json.dumps(ins, indent=1).encode()),                    # pretty-printed (valid)
-        (ins_key, _dumps({"payload": ins["payload"], "schema": ins["schema"]})),  # members swapped (valid)
-        (ins_key, _dumps(dict(ins, schema=None))),
-        (ins_key, _dumps(dict(ins, payload=None))),
-        (ins_key, _dumps(ins["payload"])),                                # no envelope
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":'),  # the envelope alone
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":}'),
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":1,"x":2}'),
-        (ins_key, b'{"schema":' + _dumps(ins["schema"]) + b',"payload":NaN}'),
-        (ins_key, b""),
-        (None, value),
-    ]
-    return out
-
-
 def _reference_load(raw):
     return unwrap_envelope(load_json("debezium-json", raw))
 
 
 def test_envelope_reader_reads_what_a_whole_read_gives(debezium_messages):
     values = [v for _, v in debezium_messages if v]
-    variants = [v for _, v in _variants(debezium_messages) if v]
+    odd = [v for _, v in variants(debezium_messages) if v]
     reader = EnvelopeReader("debezium-json")
     for raw in values:  # learn
         reader.load(raw)
     envelopes = set()
-    for raw in values + variants:
+    for raw in values + odd:
         want = outcome(_reference_load, raw)
         got = outcome(reader.load, raw)
         if want[0] == "ok":
@@ -222,7 +113,7 @@ def test_a_value_with_a_second_schema_member_teaches_no_envelope(debezium_messag
     doc = json.loads(raw)
     other = copy.deepcopy(doc["schema"])
     other["fields"] = other["fields"][:1]
-    twice = raw[:-1] + b',"schema":' + _dumps(other) + b"}"
+    twice = raw[:-1] + b',"schema":' + dumps(other) + b"}"
     reader = EnvelopeReader("debezium-json")
     assert reader.load(twice)[:2] == _reference_load(twice)
     assert reader.load(raw)[:2] == _reference_load(raw) == (doc["payload"], doc["schema"])
@@ -252,7 +143,7 @@ def _krecords(pairs):
 
 
 def test_debezium_parser_with_kept_envelopes_and_plans_equals_a_new_one(debezium_messages):
-    records = _krecords(debezium_messages + _variants(debezium_messages))
+    records = _krecords(debezium_messages + variants(debezium_messages))
     _compare_parsers("debezium-json", records)
     _compare_parsers("debezium-json", records, {"column_types": {"name": "int", "shop.customers": {"email": "date"}},
                                                  "primary_keys": {"customers": ["email"]}})
@@ -263,7 +154,7 @@ def test_canal_parser_with_kept_plans_equals_a_new_one():
     doc = json.loads(next(v for _, v in pairs if v and b'"UPDATE"' in v))
     odd = [dict(doc, mysqlType={**doc["mysqlType"], "name": "int"}), dict(doc, mysqlType={"id": ["x"]}),
            dict(doc, mysqlType=None), dict(doc, data=[{**doc["data"][0], "id": "x"}])]
-    records = _krecords(pairs + [(None, _dumps(d)) for d in odd])
+    records = _krecords(pairs + [(None, dumps(d)) for d in odd])
     _compare_parsers("canal-json", records)
     _compare_parsers("canal-json", records, {"column_types": {"name": "bigint"}, "primary_key": ["name"]})
 
