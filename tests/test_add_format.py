@@ -1,24 +1,30 @@
-"""Adding a format as the README's "Add a format in five steps" says, with a small test-only format.
+"""Adding a format as ``docs/development.md`` says, with a small test-only format.
 
 ``mini-json`` follows no vendor document: each Kafka value is one JSON object ``{"op": "insert" |
 "update" | "delete" | "ddl", "table": "[db.]table", "key": [columns], "before": {...}, "after":
-{...}, "seq": n, "ts": ms, "sql": "..."}``. Its parser derives from the template
-(:class:`cdclake.formats.base.FormatParser`), fills in the hooks with the shared readers, and is
-added to a copy of the closed list (``FORMATS``, patched for the test only): then ``get_parser``
-builds it and ``parse_all`` reads inserts, updates, deletes and control records and turns bad input
-into :class:`ParseError` rows naming the field, as for the shipped formats.
+{...}, "seq": n, "ts": ms, "sql": "..."}``. This module is its package: the parser derives from the
+template (:class:`cdclake.formats.base.FormatParser`) and fills in the hooks with the shared
+readers, and :data:`FORMATS` declares the format as one object (name, parser, document, ``auto``
+rule, coarse types). The fixture adds the package to the closed list
+(:data:`cdclake.formats.registry.PACKAGES`, one line, patched for the test only): then
+``get_parser`` builds it, ``auto`` detects it, ``inspect`` reads its coarse types, and
+``parse_all`` reads inserts, updates, deletes and control records and turns bad input into
+:class:`ParseError` rows naming the field, as for the shipped formats.
 """
 from __future__ import annotations
 
 import json
 import pickle
+import sys
 from typing import Optional
 
 import pytest
 from helpers import sample
 
-from cdclake.formats import FORMATS, ParseError, formats, get_parser, parse_all
-from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
+import cdclake.formats as known
+from cdclake.formats import ParseError, format_named, formats, get_parser, parse_all, registry
+from cdclake.formats.base import ConfiguredTypes, Event, Format, FormatParser
+from cdclake.formats.detect import detect, matches
 from cdclake.formats.fields import element, table_name
 from cdclake.formats.json_values import load_json
 from cdclake.formats.options import key_delete_image, resolve_primary_key
@@ -54,7 +60,8 @@ class MiniJsonParser(FormatParser):
     def column_types(self, event: Event) -> None:
         plan = self.kept((event.database, event.table), ConfiguredTypes, self.options, event.database, None,
                          event.table)
-        event.types, event.convert = dict(plan.types), plan.convert
+        carried = event.message.get("types") or {}  # the types a message may carry, as text
+        event.types, event.convert = {**carried, **plan.types}, plan.convert
 
     def images(self, event: Event) -> None:
         event.before = convert_image(FMT, event.message.get("before"), event.convert, "before")
@@ -74,10 +81,25 @@ class MiniJsonParser(FormatParser):
         event.ts_ms = element(FMT, event.message.get("ts"), "ts", null=None)
 
 
+def is_mini(probe) -> bool:
+    """The ``auto`` rule: a JSON object with ``op``, ``table`` and ``seq``."""
+    o = probe.obj
+    return o is not None and all(k in o for k in ("op", "table", "seq"))
+
+
+#: This package's formats, one object each: what the closed list reads.
+FORMATS = (Format(
+    FMT, MiniJsonParser, "none: the test-only format of tests/test_add_format.py", is_mini,
+    "a JSON object with ``op``, ``table`` and ``seq``",
+    # its carried ``string`` may hold decimals: inspect may guess one from the values
+    coarse_types={"string": ("decimal",)}),)
+
+
 @pytest.fixture
 def mini(monkeypatch):
-    """``mini-json`` in the closed list for this test only."""
-    monkeypatch.setitem(FORMATS, FMT, MiniJsonParser)
+    """``mini-json`` in the closed list for this test only: its package (this module) is one more
+    line of :data:`cdclake.formats.registry.PACKAGES`."""
+    monkeypatch.setattr(registry, "PACKAGES", registry.PACKAGES + (sys.modules[__name__],))
     return FMT
 
 
@@ -92,12 +114,33 @@ INSERT, UPDATE, DELETE, DDL = (json.loads(sample("mini", f"{name}.json")) for na
 
 
 def test_the_format_is_in_the_closed_list_only_while_patched(mini):
-    assert mini in formats() and FORMATS[mini] is MiniJsonParser
+    assert mini in formats() and known.FORMATS[mini] is MiniJsonParser
     assert isinstance(get_parser(mini), FormatParser)
+    assert format_named(mini) is FORMATS[0]
 
 
 def test_the_closed_list_ships_without_it():
-    assert FMT not in FORMATS
+    assert FMT not in known.FORMATS and format_named(FMT) is None
+    assert matches(json.dumps(INSERT).encode()) == []
+
+
+def test_auto_detects_it_and_reads_it_as_the_format(mini):
+    value = json.dumps(INSERT).encode()
+    assert matches(value) == [mini] and detect(value) == mini
+    (ins,) = get_parser("auto").parse(rec(INSERT))
+    assert ins == get_parser(mini).parse(rec(INSERT))[0]
+
+
+def test_inspect_reads_its_coarse_types(mini):
+    from cdclake.inspection import column_config, inspect_records
+
+    priced = [rec({**INSERT, "after": {"id": str(i), "price": f"{i}.50"}, "types": {"price": "string"}}, i)
+              for i in range(20)]
+    seen = inspect_records("mini", priced)
+    assert seen.format == mini
+    (table,) = seen.tables.values()
+    assert column_config(seen, table)["price"] == ("decimal(38,2)", "carried as string; guess from the values "
+                                                                    "seen: confirm")
 
 
 def test_inserts_updates_deletes_and_controls(mini):

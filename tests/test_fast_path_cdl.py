@@ -25,7 +25,7 @@ import struct
 import pytest
 from parse_harness import CONNECT_SCHEMAS, CONNECT_VALUES, DROP, assert_same, dumps, edited_doc, outcome
 
-from cdclake.formats.cdl import _converter, _Typed
+from cdclake.formats.cdl.parser import _converter, _Typed
 from cdclake.record import ParseError
 from cdclake.sim import SimulatedSource, cdl_json
 from cdclake.sim.wire import WIRE_FORMATS

@@ -2,7 +2,7 @@
 the per-record parser gives.
 
 Each batch of raw records runs through :func:`cdclake.normalize.parse_batches` with and without
-:meth:`cdclake.formats.debezium_avro.DebeziumAvroParser.fast_parse` (``assert_same``): every
+:meth:`cdclake.formats.debezium.avro.DebeziumAvroParser.fast_parse` (``assert_same``): every
 record must give the same output rows, quarantine reasons included. The records are simulated
 hours of the shop rendered as Debezium Avro and as JSON with JSON Schema
 (:mod:`cdclake.sim.render_debezium_avro`), and unusual and malformed variants: Debezium JSON
@@ -21,7 +21,7 @@ import json
 import pytest
 from parse_harness import assert_same, edited_doc
 
-from cdclake.formats.debezium_avro import wire_parts, wire_value
+from cdclake.formats.debezium.avro import wire_parts, wire_value
 from cdclake.sim import SimulatedSource
 from cdclake.sim.registry import registry_url
 from cdclake.sim.render import debezium_json

@@ -371,8 +371,8 @@ def test_unusual_but_valid_records_are_read_by_the_fast_path(simulated):
 
 
 def test_values_kept_between_batches_are_forgotten_past_their_bound(monkeypatch):
-    import cdclake.formats.dts.parser as dts_parser
+    import cdclake.formats.dts.fast as dts_fast
 
-    monkeypatch.setattr(dts_parser, "_MAX_VALUES", 40)
+    monkeypatch.setattr(dts_fast, "_MAX_VALUES", 40)
     records = _simulated(36, hours=1)
     assert assert_same(FORMAT, records, 50) >= 0.95 * _row_changes(records)

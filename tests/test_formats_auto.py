@@ -25,9 +25,9 @@ from helpers import landed, sample
 from parse_harness import LANDED, RAW, TAGGED
 
 from cdclake.config import SourceConfig
-from cdclake.formats import FORMATS, get_parser
+from cdclake.formats import FORMATS, all_formats, get_parser
 from cdclake.formats.auto import AutoParser
-from cdclake.formats.detect import RULES, detect, matches
+from cdclake.formats.detect import detect, matches, rules
 from cdclake.normalize import parse_batches
 from cdclake.normalize.registry import schema_formats
 from cdclake.record import ControlRecord, KafkaRecord, ParseError, SchemaAwareParser
@@ -51,7 +51,8 @@ def options(fmt: str) -> dict:
 
 
 def test_every_format_has_one_rule():
-    assert sorted(RULES) == sorted(f for f in FORMATS if f != "auto")
+    assert sorted(rules()) == sorted(f for f in FORMATS if f != "auto")
+    assert all(callable(f.detect) and f.marks for f in all_formats())
 
 
 @pytest.mark.parametrize("fmt", [w.format for w in WIRE_FORMATS])

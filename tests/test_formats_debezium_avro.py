@@ -25,7 +25,7 @@ from helpers import krec
 from reference_model import apply_changes, changes
 
 from cdclake.formats import get_parser
-from cdclake.formats.debezium_avro import SchemaRegistryUnavailable, wire_parts, wire_value
+from cdclake.formats.debezium.avro import SchemaRegistryUnavailable, wire_parts, wire_value
 from cdclake.record import ChangeRecord, ControlRecord, ParseError, parse_all
 from cdclake.sim.registry import Registry, registry_url
 from cdclake.sim.render_debezium_avro import AvroWriter, JsonSchemaWriter, avro_schema

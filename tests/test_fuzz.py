@@ -321,7 +321,7 @@ def mutate_avro(d: Draw, fmt: str, raw: bytes, parser) -> bytes:
     value cannot be read, or the mutated record cannot be written)."""
     try:
         if fmt in ("debezium-avro", "debezium-jsonschema"):  # the body mutated (Avro: written with its
-            from cdclake.formats.debezium_avro import wire_parts, wire_value  # schema); sometimes another id
+            from cdclake.formats.debezium.avro import wire_parts, wire_value  # schema); sometimes another id
 
             schema_id, body = wire_parts(fmt, raw)
             if fmt == "debezium-jsonschema":

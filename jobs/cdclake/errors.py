@@ -40,7 +40,7 @@ class UnknownFormat(ConfigError, KeyError):
 
 class UnknownSchema(LookupError):
     """A schema registry does not know a schema id (HTTP 404): a property of the record, which names
-    the id, so the record is quarantined (:mod:`cdclake.formats.debezium_avro`)."""
+    the id, so the record is quarantined (:mod:`cdclake.formats.debezium.avro`)."""
 
 
 class NotOneRecord(ValueError):

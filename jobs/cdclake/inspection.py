@@ -50,14 +50,10 @@ import yaml
 
 from cdclake.config import load_pipeline, stack_value, state_dir
 from cdclake.errors import ConfigError, KafkaUnavailable
-from cdclake.formats import get_parser
+from cdclake.formats import format_named, get_parser
 from cdclake.formats.detect import detect
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaAwareParser
 
-#: Formats whose carried types may be coarser than the values: carried type → the guesses that
-#: replace it (CDL's Decimal without precision is ``string``; DataWorks has six coarse types).
-COARSE_TYPES = {"cdl-json": {"string": ("decimal",)},
-                "aliyun-json": {"double": ("decimal",), "timestamp_ntz": ("date",)}}
 DEFAULT_SAMPLE = 1000
 _INT = re.compile(r"-?\d+\Z")
 _DEC = re.compile(r"-?\d+\.(\d+)\Z")
@@ -345,7 +341,8 @@ def column_config(seen: TopicSeen, t: TableSeen) -> dict:
     """``{column: (type, comment)}`` to configure: columns the format does not type, or types
     coarser than the values (see the module docstring); configured types are kept."""
     configured = (seen.options.get("column_types") or {}).get(_config_name(seen, t)) or {}
-    coarse = COARSE_TYPES.get(seen.format, {})
+    spec = format_named(seen.format)
+    coarse = spec.coarse_types if spec is not None else {}
     out = {}
     for col, carried in t.types.items():
         if col in configured:

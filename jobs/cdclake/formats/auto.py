@@ -25,6 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from cdclake.formats.detect import FORMAT, detect
 from cdclake.formats.fields import key_detail
+from cdclake.formats.registry import all_formats
 from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult, SchemaAwareParser, SchemaEntry
 
 
@@ -42,10 +43,8 @@ class AutoParser(SchemaAwareParser):
     FAST_PATH = True
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None, entries: Sequence[SchemaEntry] = ()):
-        from cdclake.formats import FORMATS
-
         self._options = dict(options or {})
-        self._classes = {name: cls for name, cls in FORMATS.items() if cls is not AutoParser}
+        self._classes = {f.name: f.parser for f in all_formats()}
         #: The parsers made so far, per format: each is made when a record of its format first comes.
         self.parsers: dict[str, Any] = {}
         #: The formats whose stored schema entries this parser takes (:meth:`with_schemas`).

@@ -34,12 +34,16 @@ plans of :meth:`kept`, a format's readers) is dropped when it is pickled to a Sp
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from cdclake.formats.options import SourceOptions
 from cdclake.formats.text import coerce_text
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseResult
 from cdclake.types import to_text
+
+if TYPE_CHECKING:
+    from cdclake.formats.probe import Probe
 
 
 class Event:
@@ -238,3 +242,36 @@ class ConfiguredTypes:
         """Canonical text of ``value`` in column ``col``."""
         types = self.types
         return coerce_text(value, types[col]) if col in types else to_text(value)
+
+
+@dataclass(frozen=True)
+class Format:
+    """One vendor format, everything the pipeline knows of it in one object (as Apache Paimon's
+    ``DataFormat`` carries its parser factory): each vendor package ``cdclake.formats.<vendor>``
+    declares its formats in ``FORMATS``, and the closed list
+    (:data:`cdclake.formats.registry.PACKAGES`) names the packages. ``FORMATS`` of
+    :mod:`cdclake.formats`, the ``auto`` rules (:mod:`cdclake.formats.detect`), ``inspect`` and the
+    simulator derive from these objects.
+
+    - ``name``: the ``format`` of a source in the pipeline YAML, e.g. ``canal-json``.
+    - ``parser``: the parser class, built with the source's options (a :class:`FormatParser`; its
+      ``fast_parse`` is the columnar fast path, when ``FAST_PATH`` is set).
+    - ``document``: the vendor document the parser implements (title, and the sections read); the
+      parser's module docstring cites it in full.
+    - ``detect``: the rule of ``auto``: a predicate on a :class:`~cdclake.formats.probe.Probe`
+      (one Kafka value), true when the value has what marks the format's messages.
+    - ``marks``: that rule in words, one line (``inspect`` and the docs show it).
+    - ``yields_to``: formats whose messages this rule matches as well (Debezium's rule matches
+      Arcion's and CDL's Kafka Connect payloads): a value one of them claims is theirs.
+    - ``coarse_types``: carried type → the types ``inspect`` may guess instead from the values, for
+      a format whose carried types are coarser than the values (CDL's Decimal without precision is
+      ``string``); empty for the others.
+    """
+
+    name: str
+    parser: type
+    document: str
+    detect: Callable[["Probe"], bool]
+    marks: str
+    yields_to: tuple[str, ...] = ()
+    coarse_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

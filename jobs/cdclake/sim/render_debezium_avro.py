@@ -120,7 +120,7 @@ class AvroWriter:
     registered under ``subject`` once per Connect schema)."""
 
     def __init__(self, url: str):
-        from cdclake.formats.debezium_avro import registry_client
+        from cdclake.formats.debezium.avro import registry_client
 
         self._client = registry_client({"url": url})
         from confluent_kafka.schema_registry import Schema
@@ -129,7 +129,7 @@ class AvroWriter:
         self._kept: dict[str, tuple[int, Any]] = {}
 
     def write(self, subject: str, doc: dict) -> bytes:
-        from cdclake.formats.debezium_avro import wire_value
+        from cdclake.formats.debezium.avro import wire_value
 
         text = json.dumps(doc["schema"], sort_keys=True)
         kept = self._kept.get(text)
@@ -217,7 +217,7 @@ class JsonSchemaWriter(AvroWriter):
     writes the payload as the JSON document."""
 
     def write(self, subject: str, doc: dict) -> bytes:
-        from cdclake.formats.debezium_avro import wire_value
+        from cdclake.formats.debezium.avro import wire_value
 
         text = json.dumps(doc["schema"], sort_keys=True)
         kept = self._kept.get(text)

@@ -80,14 +80,35 @@ The package: :mod:`~cdclake.formats.qlik.values` (types, values, masks),
 :mod:`~cdclake.formats.qlik.schema` (the envelope schema and metadata messages) and
 :mod:`~cdclake.formats.qlik.parser` (the parsers); their public names are importable from here.
 """
-from cdclake.formats.qlik.parser import (AVRO_FORMAT, JSON_FORMAT, OPS, REFRESH_POSITION, QlikAvroParser, QlikJsonParser,
-                                        QlikParser)
-from cdclake.formats.qlik.schema import (DATA, ENVELOPE_SCHEMA, MAGIC, METADATA, QlikColumn, QlikTable, TransactionMark,
-                                        read_metadata, table_from_entry)
+from cdclake.formats.base import Format
+from cdclake.formats.probe import Probe
+from cdclake.formats.qlik.avro import QlikAvroParser
+from cdclake.formats.qlik.parser import QlikJsonParser, QlikParser
+from cdclake.formats.qlik.schema import (AVRO_FORMAT, DATA, ENVELOPE_SCHEMA, JSON_FORMAT, MAGIC, METADATA, OPS,
+                                        REFRESH_POSITION, QlikColumn, QlikTable, TransactionMark, read_metadata,
+                                        table_from_entry)
 from cdclake.formats.qlik.values import (QLIK_TYPES, float32_text, mask_ordinals, qlik_type, transaction_last_event,
                                         value_text)
 
-__all__ = ["AVRO_FORMAT", "DATA", "ENVELOPE_SCHEMA", "JSON_FORMAT", "MAGIC", "METADATA", "OPS", "QLIK_TYPES",
+__all__ = ["AVRO_FORMAT", "DATA", "FORMATS", "ENVELOPE_SCHEMA", "JSON_FORMAT", "MAGIC", "METADATA", "OPS", "QLIK_TYPES",
            "QlikAvroParser", "QlikColumn", "QlikJsonParser", "QlikParser", "QlikTable", "REFRESH_POSITION",
-           "TransactionMark", "float32_text", "mask_ordinals", "qlik_type", "read_metadata", "table_from_entry",
+           "TransactionMark", "float32_text", "is_qlik_avro", "is_qlik_json", "mask_ordinals", "qlik_type", "read_metadata", "table_from_entry",
            "transaction_last_event", "value_text"]
+
+
+def is_qlik_json(p: Probe) -> bool:
+    """A JSON object whose ``magic`` is ``"atMSG"`` (the Replicate envelope)."""
+    o = p.obj
+    return o is not None and o.get("magic") == "atMSG"
+
+
+def is_qlik_avro(p: Probe) -> bool:
+    """A value that starts with the bytes ``atMSG`` (the Avro envelope's magic)."""
+    return p.value.startswith(MAGIC)
+
+
+_DOCUMENT = 'Qlik Replicate: "Metadata and data messages" and the Kafka target\'s "Supported data types"'
+FORMATS = (
+    Format(JSON_FORMAT, QlikJsonParser, _DOCUMENT, is_qlik_json, 'a JSON object whose ``magic`` is ``"atMSG"``'),
+    Format(AVRO_FORMAT, QlikAvroParser, _DOCUMENT, is_qlik_avro, "a value that starts with the bytes ``atMSG``"),
+)

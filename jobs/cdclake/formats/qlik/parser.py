@@ -1,38 +1,31 @@
-"""The ``qlik-json`` and ``qlik-avro`` parsers (see :mod:`cdclake.formats.qlik` for the document).
+"""The ``qlik-json`` parser and the template both Qlik parsers share (see :mod:`cdclake.formats.qlik` for the document).
 
 Implements Qlik Replicate's "Metadata and data messages" and "The Replicate envelope" on the
 parser template (:class:`cdclake.formats.base.FormatParser`): :class:`QlikParser` reads a data
 message with the stored metadata (:class:`cdclake.record.SchemaAwareParser`); its subclasses read
-the envelope, as JSON (:class:`QlikJsonParser`) or Avro (:class:`QlikAvroParser`).
+the envelope, as JSON (:class:`QlikJsonParser`) or Avro (:class:`~cdclake.formats.qlik.avro.QlikAvroParser`).
 """
 from __future__ import annotations
 
 import abc
-import hashlib
-import io
 import json
 from typing import Any, Mapping, Optional, Sequence
 
 from cdclake.formats.base import Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images
+from cdclake.formats.columnar import JSON
 from cdclake.formats.fields import integer
 from cdclake.formats.json_values import load_json
 from cdclake.formats.options import key_delete_image
 from cdclake.formats.qlik.schema import (DATA, ENVELOPE_SCHEMA, MAGIC, METADATA, QlikTable, TransactionMark,
                                          _Envelope, read_metadata, table_from_entry)
-from cdclake.formats.qlik.values import transaction_last_event, value_converter, value_text
+from cdclake.formats.qlik.values import transaction_last_event, value_text
 from cdclake.formats.text import parse_timestamp, utc_ms
-from cdclake.names import check_names
 from cdclake.positions import as_element
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, SchemaAwareParser, SchemaEntry
+from cdclake.formats.qlik.schema import JSON_FORMAT, OPS, REFRESH_POSITION, _DELETE_HINT
+from cdclake.formats.qlik.fast import _fast_parse
 
-JSON_FORMAT = "qlik-json"
-AVRO_FORMAT = "qlik-avro"
-OPS = {"REFRESH": "snapshot", "INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
-#: Position of every full-load (REFRESH) record: before any change sequence.
-REFRESH_POSITION = (0,)
 _NEVER_SEEN = "was never seen (its metadata message has not been landed): rerun this hour after it lands"
-_DELETE_HINT = "the columnMask of the deleted row leaves them out; key columns must be replicated"
 #: The JSON text of :data:`ENVELOPE_SCHEMA` the Avro envelope is read with (parsed once per parser).
 _ENVELOPE_TEXT = json.dumps(ENVELOPE_SCHEMA)
 _JSON_MAGIC = MAGIC.decode()
@@ -411,236 +404,3 @@ class QlikJsonParser(QlikParser):
         raise ParseError(JSON_FORMAT, "data message names no schema: it has no messageSchemaId, externalSchemaId "
                                       "or table name (publish metadata messages, or set sources[].options.table)",
                          "messageSchemaId")
-
-
-class QlikAvroParser(QlikParser):
-    """Parser of ``qlik-avro`` records: ``QlikAvroParser(options).with_schemas(entries).parse(rec)``.
-
-    The Kafka value is the Replicate envelope (:data:`ENVELOPE_SCHEMA`) in Avro binary encoding.
-    Metadata messages are decoded with their embedded ``messageSchema``; data messages with the
-    ``dataSchema`` of the metadata named by ``messageSchemaId``. Truncated or trailing bytes, a
-    wrong magic or an undecodable message raise :class:`ParseError` (``value``, ``magic``,
-    ``message``, ``messageSchema``).
-    """
-
-    format_name = AVRO_FORMAT
-
-    def _parsed(self, key: tuple, schema_text: str, field_name: str):
-        from fastavro import parse_schema
-
-        if key not in self._cache:
-            try:
-                self._cache[key] = parse_schema(json.loads(schema_text))
-            except Exception as exc:  # fastavro raises several types for a bad schema
-                raise ParseError(AVRO_FORMAT, f"not a usable Avro schema ({type(exc).__name__}: {exc})",
-                                 field_name) from None
-        return self._cache[key]
-
-    def _decode(self, data: bytes, schema, field_name: str) -> Any:
-        from fastavro import schemaless_reader
-
-        buf = io.BytesIO(data)
-        try:
-            obj = schemaless_reader(buf, schema, None)
-        except Exception as exc:  # truncated or corrupt Avro: EOFError, struct.error, ValueError, ...
-            raise ParseError(AVRO_FORMAT, f"not decodable Avro ({type(exc).__name__}: {exc or 'truncated'})",
-                             field_name) from None
-        if buf.tell() != len(data):
-            raise ParseError(AVRO_FORMAT, f"{len(data) - buf.tell()} trailing byte(s) after the Avro record",
-                             field_name)
-        return obj
-
-    def _envelope(self, record: KafkaRecord) -> Optional[_Envelope]:
-        if not record.value:
-            return None
-        value = bytes(record.value)
-        if value[:5] != MAGIC:
-            raise ParseError(AVRO_FORMAT, f"magic is {value[:5]!r}, not b'atMSG': not a Replicate envelope", "magic")
-        env = self._decode(value, self._parsed(("envelope",), json.dumps(ENVELOPE_SCHEMA), "value"), "value")
-        kind = self._check_kind(env.get("type"))
-        return _Envelope(kind, env.get("messageSchemaId") or None, env.get("messageSchema") or None, env["message"])
-
-    def _metadata(self, env: _Envelope) -> QlikTable:
-        if not env.schema_text:
-            raise ParseError(AVRO_FORMAT, "metadata message without an embedded messageSchema cannot be decoded",
-                             "messageSchema")
-        digest = hashlib.sha1(env.schema_text.encode("utf-8")).hexdigest()
-        schema = self._parsed(("md", digest), env.schema_text, "messageSchema")
-        return read_metadata(AVRO_FORMAT, self._decode(env.message, schema, "message"))
-
-    def _data(self, env: _Envelope) -> tuple:
-        if env.schema_id:
-            table = self._table(env.schema_id)
-        elif env.schema_text:
-            table = self._table_by_data_schema(env.schema_text)
-        else:
-            raise ParseError(AVRO_FORMAT, "data message names no schema (neither messageSchemaId nor messageSchema)",
-                             "messageSchemaId")
-        if not table.data_schema:
-            raise ParseError(AVRO_FORMAT, f"metadata of schema {table.schema_id} has no dataSchema", "messageSchemaId")
-        schema = self._parsed(("dt", table.schema_id), table.data_schema, "messageSchemaId")
-        message = self._decode(env.message, schema, "message")
-        if not isinstance(message, dict):
-            raise ParseError(AVRO_FORMAT, "data message is not an Avro record", "message")
-        return table, message
-
-    def _fast_message(self, record: KafkaRecord, memo: dict) -> Optional[tuple]:
-        value = record.value
-        if value[:5] != MAGIC:
-            return None
-        schema = memo.get(None)
-        if schema is None:
-            schema = memo[None] = self._parsed(("envelope",), _ENVELOPE_TEXT, "value")
-        env = self._decode(value, schema, "value")
-        if env.get("type") != DATA:
-            return None
-        return self._data(_Envelope(DATA, env.get("messageSchemaId") or None, env.get("messageSchema") or None,
-                                    env["message"]))
-
-    def _table_by_data_schema(self, schema_text: str) -> QlikTable:
-        try:
-            wanted = json.loads(schema_text)
-        except (ValueError, RecursionError):
-            raise ParseError(AVRO_FORMAT, "messageSchema is not JSON (or nested too deeply to read)",
-                             "messageSchema") from None
-        for sid in sorted(self.entries):
-            table = self._table(sid)
-            try:
-                if table.data_schema and json.loads(table.data_schema) == wanted:
-                    return table
-            except ValueError:
-                continue
-        raise ParseError(AVRO_FORMAT, f"schema embedded in the message {_NEVER_SEEN}", "messageSchemaId")
-
-
-def _fast_parse(parser: QlikParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`QlikParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, tuple] = {}
-    memo: dict = {}
-    for i, rec in enumerate(records):
-        try:
-            found = parser._fast_message(rec, memo)
-            if found is None:
-                continue
-            table, message = found
-            headers = message.get("headers")
-            if type(headers) is not dict:
-                continue
-            operation = headers.get("operation")
-            if type(operation) is not str or not operation:
-                continue
-            op = OPS.get(operation.upper())
-            if op is None:
-                continue
-            row = message.get("data")
-            if op == "delete" and row is None:
-                row = message.get("beforeData")
-            if type(row) is not dict:
-                continue
-            key = (id(table), tuple(row))
-        except Exception:  # noqa: BLE001  (the per-record parser reports it)
-            continue
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = (table, key[1], [])
-        group[2].append((i, message, headers, op, row))
-    timestamps: dict = {}
-    for table, columns, members in groups.values():
-        try:
-            _fast_group(parser, table, columns, members, timestamps, out)
-        except Exception:  # noqa: BLE001  (the per-record parser reads the group)
-            for member in members:
-                out[member[0]] = None
-    return out
-
-
-def _fast_group(parser: QlikParser, table: QlikTable, columns: tuple, members: list[tuple], timestamps: dict,
-                out: list) -> None:
-    """The changes of one table definition's records whose image names ``columns`` (``members``:
-    index, data message, headers, op, image) into ``out``."""
-    fmt, options = parser.format_name, parser.options
-    known = table.by_name
-    extra_types = options.column_types(None, table.schema, table.table)
-    pk = list(options.key_override(None, table.schema, table.table) or table.primary_key)
-    if not pk:
-        return
-    types = {c.name: c.ctype for c in table.columns}
-    ctypes = [known[c].ctype if c in known else extra_types.get(c, "string") for c in columns]
-    for col, ctype in zip(columns, ctypes):
-        if col not in known:
-            types.setdefault(col, ctype)
-    try:
-        check_names(ChangeRecord(fmt, None, table.schema, table.table, "insert", None, None, pk, types))
-    except ParseError:
-        return
-    types_pair = (list(types), list(types.values()))
-    converters = [value_converter(t) for t in ctypes]
-    afters, after_refused = convert_images([m[4] if m[3] != "delete" else None for m in members], columns, converters)
-    befores, before_refused = convert_images(
-        [m[4] if m[3] == "delete" else m[1].get("beforeData") if m[3] == "update" else None for m in members],
-        columns, converters)
-    column_masks: dict = {}
-    change_masks: dict = {}
-    timestamp_ms = parser._timestamp_ms
-    for j, (i, message, headers, op, row) in enumerate(members):
-        if j in after_refused or j in before_refused:
-            continue
-        try:
-            mask = headers.get("columnMask")
-            at = column_masks.get((type(mask), mask), False)
-            if at is False:
-                at = column_masks[(type(mask), mask)] = _mask_plan(table, columns, known, pk, mask)
-            mask = headers.get("changeMask")
-            if (type(mask), mask) not in change_masks:
-                change_masks[(type(mask), mask)] = table.columns_in(mask)
-            names, selected, pk_at = at
-            after, before = afters[j], befores[j]
-            if selected is not None:
-                after = None if after is None else [after[k] for k in selected]
-                before = None if before is None else [before[k] for k in selected]
-            if op == "delete":
-                image = key_delete_image(fmt, pk, dict(zip(names, before)), None,
-                                         "data" if message.get("data") is not None else "beforeData", _DELETE_HINT)
-                before_pair, after_pair = (list(image), list(image.values())), NO_MAP
-            else:
-                if pk_at is None or any(after[k] is None for k in pk_at):
-                    continue
-                before_pair, after_pair = NO_MAP if before is None else (names, before), (names, after)
-            if op == "snapshot":
-                position = list(REFRESH_POSITION)
-            else:
-                seq = headers.get("changeSequence")
-                if seq is None or seq == "":
-                    continue
-                position = [as_element(seq, "changeSequence")]
-            ts = headers.get("timestamp")
-            if type(ts) is str:
-                ts_ms = timestamps.get(ts, timestamps)
-                if ts_ms is timestamps:
-                    ts_ms = timestamps[ts] = timestamp_ms(ts)
-            else:
-                ts_ms = timestamp_ms(ts)
-            tx_id = headers.get("transactionId")
-            tx_id = (tx_id if tx_id is None or isinstance(tx_id, str) else str(tx_id)) or None
-            tx_seq = integer(fmt, headers.get("transactionEventCounter"), "headers.transactionEventCounter", None)
-            tx_last = transaction_last_event(headers)
-        except Exception:  # noqa: BLE001  (the per-record parser reports it)
-            continue
-        out[i] = [(fmt, None, table.schema, table.table, op, before_pair, after_pair, list(pk), types_pair, position,
-                   ts_ms, tx_id, tx_seq, 0, tx_last, None)]
-
-
-def _mask_plan(table: QlikTable, columns: tuple, known: dict, pk: list, mask: Any) -> tuple:
-    """``(names, selected, pk_at)`` of a ``columnMask`` for images of ``columns``: the names an
-    image keeps, their indices in ``columns`` (None: all), the key columns' indices in ``names``
-    (None: a key column is not kept). Raises as :meth:`QlikTable.columns_in` does."""
-    present = table.columns_in(mask)
-    if present is None:
-        selected = list(range(len(columns)))
-    else:
-        present = set(present)
-        selected = [k for k, c in enumerate(columns) if c not in known or c in present]
-    names = [columns[k] for k in selected]
-    pk_at = [names.index(k) for k in pk] if all(k in names for k in pk) else None
-    return names, None if len(selected) == len(columns) else selected, pk_at

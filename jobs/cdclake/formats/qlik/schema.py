@@ -16,6 +16,12 @@ from cdclake.formats.fields import integer
 from cdclake.formats.qlik.values import mask_ordinals, qlik_type
 from cdclake.record import ParseError, SchemaEntry
 
+JSON_FORMAT = "qlik-json"
+AVRO_FORMAT = "qlik-avro"
+OPS = {"REFRESH": "snapshot", "INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
+#: Position of every full-load (REFRESH) record: before any change sequence.
+REFRESH_POSITION = (0,)
+_DELETE_HINT = "the columnMask of the deleted row leaves them out; key columns must be replicated"
 MAGIC = b"atMSG"
 METADATA, DATA = "MD", "DT"
 

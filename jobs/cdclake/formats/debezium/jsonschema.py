@@ -18,7 +18,7 @@ Implements:
   Connect logical type's name (``org.apache.kafka.connect.data.Decimal``, ``io.debezium.time.*``
   ...), ``connect.parameters`` its parameters, ``connect.index`` the field order.
 
-How: as :mod:`cdclake.formats.debezium_avro` (whose registry client, wire format and errors it
+How: as :mod:`cdclake.formats.debezium.avro` (whose registry client, wire format and errors it
 shares): the registry's schema of an id (``schemaType`` ``JSON``) is turned once per parser into
 the Kafka Connect schema it stands for (:func:`connect_schema`), the document is read as JSON
 (numbers with a fraction or exponent exactly, as decimals), and everything after decoding is
@@ -41,7 +41,7 @@ from decimal import Decimal
 from typing import Any, Callable, Optional
 
 from cdclake.formats.connect import DECIMAL
-from cdclake.formats.debezium_avro import DebeziumAvroParser
+from cdclake.formats.debezium.avro import DebeziumAvroParser
 from cdclake.record import ParseError
 
 FORMAT = "debezium-jsonschema"

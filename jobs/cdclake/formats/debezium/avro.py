@@ -61,7 +61,9 @@ import fastavro
 
 from cdclake.formats.base import Event
 from cdclake.formats.connect import DECIMAL
-from cdclake.formats.debezium import FORMAT as JSON_FORMAT, DebeziumJsonParser, fast_changes
+from cdclake.formats.debezium.fast import fast_changes
+from cdclake.formats.debezium.parser import DebeziumJsonParser
+from cdclake.formats.debezium.plan import FORMAT as JSON_FORMAT
 from cdclake.formats.fields import json_object, key_detail
 from cdclake.formats.text import float32_text
 from cdclake.errors import SchemaRegistryUnavailable, UnknownSchema

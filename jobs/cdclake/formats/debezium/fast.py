@@ -1,0 +1,142 @@
+"""The columnar fast path of ``debezium-json`` (:meth:`DebeziumJsonParser.fast_parse
+<cdclake.formats.debezium.parser.DebeziumJsonParser.fast_parse>`): a batch of change events grouped
+by envelope and table, each image column converted over the batch by the table plan's converters
+(:mod:`cdclake.formats.columnar`), the key, the delete image, the position and the names through
+the functions the per-record parser calls (:mod:`cdclake.formats.debezium.plan`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
+from cdclake.formats.connect import (key_fields)
+from cdclake.formats.fields import kafka_key_text, optional_element
+from cdclake.formats.debezium.lindorm import is_lindorm
+from cdclake.formats.options import key_delete_image
+from cdclake.names import check_names
+from cdclake.record import ChangeRecord, KafkaRecord
+from cdclake.formats.debezium.plan import FORMAT, _DELETE_HINT, _FAST_MEMBERS, _FAST_OPS, _KEY_HEADERS, _MAX_KEYS, _TOAST, _TablePlan, _UNSET, _key_value_text, source_position
+
+if TYPE_CHECKING:
+    from cdclake.formats.debezium.parser import DebeziumJsonParser
+
+def _fast_parse(parser: DebeziumJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    """:meth:`DebeziumJsonParser.fast_parse`: see there."""
+    return fast_changes(parser, records, envelope_payloads(parser._reader, records))
+
+
+def fast_changes(parser: DebeziumJsonParser, records: list[KafkaRecord],
+                 payloads: Iterable[tuple[int, Any, Optional[dict], Any]]) -> list[Optional[list[tuple]]]:
+    """The fast path of :meth:`DebeziumJsonParser.fast_parse` on decoded payloads: ``payloads``
+    gives ``(index in records, payload, Connect schema, envelope id)`` for the records decoded
+    (others give None). Used by the formats that decode Debezium envelopes otherwise (Avro)."""
+    out: list[Optional[list[tuple]]] = [None] * len(records)
+    groups: dict[tuple, list[tuple]] = {}
+    for i, payload, schema, envelope in payloads:
+        if type(payload) is not dict or not payload.keys() <= _FAST_MEMBERS:
+            continue
+        if records[i].headers and any(h in _KEY_HEADERS for h, _ in records[i].headers):
+            continue  # a half of a primary key change: the per-record parser pairs them
+        op, source = payload.get("op"), payload.get("source")
+        if type(source) is not dict or op not in _FAST_OPS or is_lindorm(source):
+            continue
+        table, db, schema_name = source.get("table"), source.get("db"), source.get("schema")
+        if (type(table) is not str or not table or (db is not None and type(db) is not str)
+                or (schema_name is not None and type(schema_name) is not str)):
+            continue
+        groups.setdefault((envelope, db, schema_name, table), []).append((i, payload, source, schema))
+    for key, members in groups.items():
+        _fast_group(parser, records, key, members, out)
+    return out
+
+
+def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
+                out: list) -> None:
+    """The changes of one table plan's records (``members``: index, payload, source, schema) into ``out``."""
+    envelope, db, schema_name, table = key
+    try:
+        plan = parser.kept(key, _TablePlan, parser.options, members[0][3], db, schema_name, table)
+    except (TypeError, AttributeError, ValueError):
+        return
+    columns = tuple(plan.col_schemas)
+    converters = [plan.converter(c) for c in columns]
+    types = dict(plan.types)
+    types_pair = (list(types), list(types.values()))
+    befores, before_refused = convert_images([m[1].get("before") for m in members], columns, converters, _TOAST)
+    afters, after_refused = convert_images([m[1].get("after") for m in members], columns, converters, _TOAST)
+    names = list(columns)
+    keys = parser._fast_keys
+    checked: dict[tuple, bool] = parser._fast_names
+    where: dict[tuple, Optional[list[int]]] = {}  # primary key → its columns' indices in ``names``
+    for j, (i, payload, source, _) in enumerate(members):
+        if j in before_refused or j in after_refused:
+            continue
+        op = _FAST_OPS[payload["op"]]
+        before, after = befores[j], afters[j]
+        if after is None and op != "delete":
+            continue
+        raw_key = records[i].key
+        try:
+            read = keys[raw_key]
+        except KeyError:
+            read = parser.kafka_key(raw_key)
+            if len(keys) >= _MAX_KEYS:
+                keys.clear()
+            keys[raw_key] = read
+        except TypeError:  # a key that is not bytes
+            continue
+        pk = plan.key_override or (list(read[0]) if read else None)
+        if not pk:
+            continue
+        try:
+            if op == "delete":
+                key_text = None
+                if read:
+                    values, key_schema = read
+                    key_text = kafka_key_text(FORMAT, values, _key_value_text,
+                                              key_fields(key_schema, strict=False) or plan.col_schemas, types)
+                image = key_delete_image(FORMAT, pk, None if before is None else dict(zip(names, before)), key_text,
+                                         "before", _DELETE_HINT)
+                before_pair = (list(image), list(image.values()))
+                if any(image.get(k) is None for k in pk):
+                    continue
+                name_key = (key, tuple(pk), tuple(image))
+            else:
+                name_key = (key, tuple(pk))
+                at = where.get(name_key, _UNSET)
+                if at is _UNSET:
+                    at = where[name_key] = [names.index(k) for k in pk] if set(pk) <= set(names) else None
+                if at is None or any(after[k] is None for k in at):
+                    continue
+                before_pair = NO_MAP if before is None else (names, before)
+            transaction = payload.get("transaction")
+            if type(transaction) is not dict:
+                transaction = {}
+            tx_id = source.get("txId")
+            if tx_id is None:
+                tx_id = transaction.get("id")
+                if tx_id is None:
+                    tx_id = source.get("gtid")
+            ts = source.get("ts_ms")
+            if ts is None:
+                ts = payload.get("ts_ms")
+            position = list(source_position(source, payload))
+            ts = optional_element(FORMAT, ts, "source.ts_ms")
+            tx_seq = optional_element(FORMAT, transaction.get("total_order"), "transaction.total_order")
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            continue
+        ok = checked.get(name_key)
+        if ok is None:
+            try:
+                check_names(ChangeRecord(FORMAT, db, schema_name, table, op, dict.fromkeys(before_pair[0] or ()),
+                                         dict.fromkeys(names), pk, types))
+                ok = True
+            except Exception:  # noqa: BLE001
+                ok = False
+            if len(checked) < _MAX_KEYS:
+                checked[name_key] = ok
+        if not ok:
+            continue
+        out[i] = [(parser.format_name, db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
+                   list(pk), types_pair, position, ts, None if tx_id is None else str(tx_id), tx_seq, 0,
+                   None, None)]
