@@ -44,7 +44,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -53,84 +53,9 @@ from cdclake.errors import ConfigError, KafkaUnavailable
 from cdclake.formats import format_named, get_parser
 from cdclake.formats.detect import detect
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, SchemaAwareParser
+from cdclake.types import guess_type, raw_numbers
 
 DEFAULT_SAMPLE = 1000
-_INT = re.compile(r"-?\d+\Z")
-_DEC = re.compile(r"-?\d+\.(\d+)\Z")
-_FLOAT = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z|-?(inf|Infinity|NaN|nan)\Z")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
-_TS = re.compile(r"\d{4}-\d{2}-\d{2}[T :]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?\Z")
-_MIDNIGHT = re.compile(r"\d{4}-\d{2}-\d{2}[T ]00:00:00(\.0+)?(Z|[+-]00:?00)?\Z")
-_B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}\Z")
-_HEX = re.compile(r"0x[0-9A-Fa-f]*\Z")
-
-
-class _Number(str):
-    """A JSON number as written (its trailing zeros kept)."""
-
-
-def raw_numbers(value: Optional[bytes]) -> dict:
-    """``{member name: [number texts as written]}`` of every number (and numeric text) in a JSON
-    value, at any depth; empty for a value that is not JSON."""
-    import json
-
-    out: dict = {}
-    if not value or value.lstrip()[:1] != b"{":
-        return out
-    try:
-        doc = json.loads(value, parse_float=_Number, parse_int=_Number)
-    except (ValueError, RecursionError):
-        return out
-    stack = [doc]
-    while stack:
-        node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for k, v in items:
-            if isinstance(v, (dict, list)):
-                stack.append(v)
-            elif isinstance(k, str) and isinstance(v, str) and _DEC.match(v):
-                out.setdefault(k, []).append(str(v))
-    return out
-
-
-def guess_type(values: Iterable[str], raw: Iterable[str] = ()) -> Optional[str]:
-    """The canonical type the non-null text ``values`` of a column show, or None for none.
-
-    ``bigint`` (all integers), ``decimal(38,s)`` (all numbers, those with a fraction written
-    (``raw``: the numbers as the messages write them, else ``values``) with the same ``s`` digits,
-    some with a trailing zero, which the shortest form of a double never has), ``double`` (other
-    numbers), ``date``, ``timestamp`` (a zone written: ``Z``, ``+02:00``), ``timestamp_ntz`` (none
-    written), ``binary`` (``0x`` hex, or Base64 with at
-    least one digit, ``+``, ``/`` or ``=``), ``boolean``, else ``string``.
-    """
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return None
-    if all(_INT.match(v) for v in vals):
-        return "bigint"
-    written = [v for v in raw if _DEC.match(v)] or [v for v in vals if _DEC.match(v)]
-    fractions = {len(_DEC.match(v).group(1)) for v in written}
-    if (all(_INT.match(v) or _DEC.match(v) for v in vals) and len(fractions) == 1
-            and any(v.endswith("0") for v in written)):
-        # the same scale everywhere, trailing zeros kept: a double's shortest form has none
-        return f"decimal(38,{fractions.pop()})"
-    if all(_FLOAT.match(v) for v in vals):
-        return "double"
-    if all(_DATE.match(v) for v in vals):
-        return "date"
-    if all(_TS.match(v) for v in vals):
-        if all(_MIDNIGHT.match(v) for v in vals):
-            return "date"
-        # a time written with a zone is an instant; without one, a wall-clock time
-        return "timestamp" if any(_TS.match(v).group(2) for v in vals) else "timestamp_ntz"
-    if all(v in ("true", "false") for v in vals):
-        return "boolean"
-    if all(_HEX.match(v) for v in vals):
-        return "binary"
-    if all(len(v) % 4 == 0 and _B64.match(v) for v in vals) and any(re.search(r"[0-9+/=]", v) for v in vals):
-        return "binary"
-    return "string"
-
 
 @dataclass
 class TableSeen:
