@@ -104,7 +104,7 @@ class GateOperator(BaseOperator):
         cfg = load_pipeline(self.pipeline, connections=airflow_connection)
         window = make_window(self.start, self.end, self.topics or None, known_topics=cfg.topics())
         try:
-            return run_gate(self.stage, cfg, window)
+            return run_gate(self.stage, cfg, window).as_dict()  # a plain dict in XCom
         except GateFailed as exc:
             raise AirflowException(str(exc)) from None
 

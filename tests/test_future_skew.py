@@ -214,20 +214,20 @@ OLD_RUN_METRICS_SCHEMA = (
 def test_run_metrics_table_without_the_column_gets_it(spark, unique):
     """A ``bronze.run_metrics`` made before ``future_stamped`` gets the column when metrics are next
     written; its old rows read it as null. Only land rows have it (other stages: null; a land result
-    that is a plain dict, without counts: null)."""
+    without future-stamped counts: null)."""
     from cdclake.catalog import qualified
     from cdclake.land import LandResult
     from cdclake.lake import RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ensure_run_metrics_table
     from cdclake.metrics import METRIC_COLUMNS, metric_rows, record_run
+    from cdclake.results import NormalizeResult, TopicCounts
 
     topic = f"skew.metrics.{unique}"
     cfg = _cfg(unique, topic)
     window = _last_hour(topic)
     assert METRIC_COLUMNS[-1] == "future_stamped" and RUN_METRICS_SCHEMA.endswith("future_stamped bigint")
     now = dt.datetime.now(UTC)
-    (norm,) = metric_rows(cfg, "normalize", window, {topic: {"raw": 1, "changes": 1, "quarantined": 0, "control": 0}},
-                          now, 1.0)
-    (plain,) = metric_rows(cfg, "land", window, {topic: 3}, now, 1.0)
+    (norm,) = metric_rows(cfg, "normalize", window, NormalizeResult({topic: TopicCounts(raw=1, changes=1)}), now, 1.0)
+    (plain,) = metric_rows(cfg, "land", window, LandResult({topic: 3}), now, 1.0)
     (counted,) = metric_rows(cfg, "land", window, LandResult({topic: 3}, {topic: 2}), now, 1.0)
     assert (norm["future_stamped"], plain["future_stamped"], counted["future_stamped"]) == (None, None, 2)
 

@@ -97,10 +97,11 @@ def main(stage: str, run: Callable[[PipelineConfig, Optional[Window]], object], 
 
 
 def run_stage(spark, stage: str, fn: Callable, cfg: PipelineConfig, window: Window):
-    """Run the library stage ``fn(spark, cfg, window)`` and return what it returns; once it has
-    succeeded, log and append its run metrics (:func:`cdclake.metrics.record_run`: one row per topic
-    in ``bronze.run_metrics``, ``duration_s`` the stage's seconds) in the same session. A failure to
-    record the metrics is a logged warning, never the stage's failure."""
+    """Run the library stage ``fn(spark, cfg, window)`` and return what it returns (its result type
+    of :mod:`cdclake.results`); once it has succeeded, log and append its run metrics
+    (:func:`cdclake.metrics.record_run`: one row per topic in ``bronze.run_metrics``, ``duration_s``
+    the stage's seconds) in the same session. A failure to record the metrics is a logged warning,
+    never the stage's failure."""
     from cdclake.metrics import record_run
 
     started = time.monotonic()

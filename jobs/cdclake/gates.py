@@ -52,6 +52,7 @@ from cdclake.config import REPO_ROOT, PipelineConfig
 from cdclake.errors import GateFailed
 from cdclake.lake import (BRONZE_TABLE, CONTROL_TABLE, MANIFEST_TABLE, PRIMARY_KEY_PROPERTY, QUARANTINE_TABLE,
                           RAW_TABLE, SourceTable, resolve_legacy_name)
+from cdclake.results import GateResult
 from cdclake.window import Window, iso
 
 log = logging.getLogger(__name__)
@@ -458,10 +459,11 @@ def _release_arrow_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
+def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> GateResult:
     """Build ``stage``'s frames for ``window`` and validate them.
 
-    Returns ``{"stage", "window", "frames": {name: rows}, "data_docs": path of gate.html}``; every
+    Returns a :class:`cdclake.results.GateResult` (``stage``, ``window``, ``frames``: ``{name:
+    rows}``, ``data_docs``: path of gate.html; it reads as the dict of those keys); every
     run, pass or fail, writes ``gate.html`` and Great Expectations' Data Docs to :func:`docs_path`.
     Raises :class:`GateFailed` listing every failed expectation and the Data Docs page; a failed
     expectation is never retried, whereas reading the frames is, after transient errors
@@ -474,14 +476,11 @@ def run_gate(stage: str, cfg: PipelineConfig, window: Window) -> dict:
     outcomes: list[dict] = []
     failures = validate(stage, frames, docs, outcomes=outcomes)
     report = write_report(docs / "gate.html", f"{stage} gate, pipeline {cfg.name}, {window}", outcomes)
-    summary = {"stage": stage, "window": str(window),
-               "frames": {k: len(v[0] if isinstance(v, tuple) else v) for k, v in frames.items()}}
+    counts = {k: len(v[0] if isinstance(v, tuple) else v) for k, v in frames.items()}
     del frames
     _release_arrow_memory()
     if failures:
         raise GateFailed(f"{stage} gate failed for pipeline {cfg.name} {window}: {len(failures)} expectation(s) failed:\n  "
                          + "\n  ".join(failures) + f"\nData Docs: {report}")
-    log.info("%s gate passed for %s %s: %s; Data Docs: %s", stage, cfg.name, iso(window.start), summary["frames"],
-             report)
-    summary["data_docs"] = str(report)
-    return summary
+    log.info("%s gate passed for %s %s: %s; Data Docs: %s", stage, cfg.name, iso(window.start), counts, report)
+    return GateResult(stage=stage, window=str(window), frames=counts, data_docs=str(report))

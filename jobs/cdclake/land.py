@@ -24,7 +24,7 @@ producer whose clock runs fast) is *future-stamped*: it does not end its hour's 
 its neighbours and keeps its own timestamp (:func:`cdclake.kafka_ranges.scan_piece`). Land logs a
 warning per such record (the first :data:`cdclake.kafka_ranges.FUTURE_SAMPLES` of each partition:
 topic, partition, offset, skew in seconds) and a count per partition, and returns the counts per
-topic (:class:`LandResult`) for the ``future_stamped`` run metric.
+topic (:class:`cdclake.results.LandResult`) for the ``future_stamped`` run metric.
 """
 from __future__ import annotations
 
@@ -42,21 +42,13 @@ from cdclake.faults import kill_point
 from cdclake.kafka_ranges import FutureStamped, OffsetRange, Piece
 from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
                           overwrite_hours)
+from cdclake.results import LandResult
 from cdclake.window import UTC, Window
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-
-class LandResult(dict):
-    """What :func:`land` returns: ``{topic: records landed}`` (a dict, equal to the plain dict of the
-    same counts), and in ``future_stamped`` ``{topic: future-stamped records among them}``."""
-
-    def __init__(self, records: dict[str, int], future_stamped: Optional[dict[str, int]] = None):
-        super().__init__(records)
-        self.future_stamped: dict[str, int] = dict(future_stamped or {})
 
 
 def shrinking(ranges: list[OffsetRange], landed: dict[tuple[str, int, int], int]) -> Optional[str]:
@@ -158,8 +150,9 @@ def report_future(reported: list[tuple], skew_s: float) -> dict[tuple[str, int],
 
 def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResult:
     """Land every selected topic's records of ``window`` into the raw table; return counts per topic:
-    a :class:`LandResult`, ``{topic: records}`` with the future-stamped records per topic in its
-    ``future_stamped`` (logged: :func:`report_future`; ``land.max_future_skew_s``).
+    a :class:`cdclake.results.LandResult`, the records landed per topic in its ``records`` (it reads
+    as ``{topic: records}``) and the future-stamped records per topic in its ``future_stamped``
+    (logged: :func:`report_future`; ``land.max_future_skew_s``).
 
     Waits first until ``land.grace_s`` seconds after the window's end (:func:`settle_seconds`).
     Plans each partition's offset ranges from the ledger (:func:`plan`); one Spark task per topic
@@ -237,14 +230,14 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
     now = dt.datetime.now(UTC)
     rows = [(r.topic, r.partition, r.hour, r.start, r.end, r.records, now) for r in ledger]
     overwrite_hours(spark.createDataFrame(rows, MANIFEST_SCHEMA), cfg, MANIFEST_TABLE, window, topics)
-    result = LandResult({t: 0 for t in topics}, {t: 0 for t in topics})
+    records, future = {t: 0 for t in topics}, {t: 0 for t in topics}
     for (t, _), n in report_future(reported_future.value, skew_s).items():
-        result.future_stamped[t] += n
+        future[t] += n
     for r in ledger:
         if r.records or r.end > r.start:
             log.info("landed %s[%d] hour %s: offsets %d..%d, %d records", r.topic, r.partition, r.hour.isoformat(),
                      r.start, r.end, r.records)
-        result[r.topic] += r.records
-    for t, n in result.items():
+        records[r.topic] += r.records
+    for t, n in records.items():
         log.info("landed %d records of topic %s for %s", n, t, window)
-    return result
+    return LandResult(records, future)

@@ -9,6 +9,8 @@ timestamp, records_landed bigint (land), records_parsed, change_rows, quarantine
 newest_source_ts timestamp and lag_s double (seconds from it to run_at; normalize and silver),
 duration_s double (seconds the stage ran), future_stamped bigint (land: records stamped more than
 ``land.max_future_skew_s`` after they were read). Columns that do not apply to a stage are null.
+The figures are read from the stage's result (:class:`cdclake.results.StageResult`: each result
+type lists its own rows and figures), never from the stage's name.
 
 The table is only appended to: a rerun of a window adds rows, told apart by ``run_at``. Writing
 the metrics never fails a stage (:func:`record_run` logs a warning instead).
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from cdclake.catalog import describe, pyiceberg_catalog, qualified, with_retries
 from cdclake.config import PipelineConfig
 from cdclake.lake import (BRONZE_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ddl_columns, ensure_run_metrics_table,
                           window_filter)
+from cdclake.results import StageResult
 from cdclake.window import UTC, Window
 
 if TYPE_CHECKING:
@@ -32,8 +35,6 @@ log = logging.getLogger(__name__)
 
 #: The columns of a run metrics row, in table order.
 METRIC_COLUMNS = [n for n, _ in ddl_columns(RUN_METRICS_SCHEMA)]
-#: Stages whose lag is read from the window's bronze changes (``source_ts_ms``).
-LAG_STAGES = ("normalize", "silver")
 
 
 def newest_source_ts(spark: "SparkSession", cfg: PipelineConfig, window: Window,
@@ -52,25 +53,25 @@ def newest_source_ts(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     return out
 
 
-def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: Any, run_at: dt.datetime,
+def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: StageResult, run_at: dt.datetime,
                 duration_s: float, newest: Optional[dict[str, Optional[dt.datetime]]] = None) -> list[dict]:
     """The run metrics rows (dicts of :data:`METRIC_COLUMNS`) of one stage run.
 
-    ``result``: what the stage returned: land ``{topic: records}``, with ``{topic: future-stamped
-    records}`` in its attribute ``future_stamped`` (:class:`cdclake.land.LandResult`; a plain dict
-    without it: ``future_stamped`` null); normalize ``{topic: {"raw", "changes", "quarantined",
-    "control"}}``; silver a list of :class:`cdclake.silver.tables.TableResult` (one row per table
-    and topic of its ``topics``;
-    ``changes_merged`` is the table's changes of the window, over all its topics; a topic with no
-    change in the window gets one row without silver table and 0 changes). ``run_at``: when the
-    stage finished (aware, UTC); ``duration_s``: seconds it ran; ``newest``: ``{topic: newest source
-    commit time}`` (:func:`newest_source_ts`), from which ``lag_s`` = seconds to ``run_at``.
-    Raises ValueError for an unknown stage.
+    ``result``: what the stage returned, a :class:`cdclake.results.StageResult`
+    (:class:`~cdclake.results.LandResult`, :class:`~cdclake.results.NormalizeResult`,
+    :class:`~cdclake.results.SilverResult`), whose ``metric_values`` over the window's topics give
+    the rows and each row's own figures (the type's docstring says which); the other figures of a
+    row are null. ``stage``: the value of the ``stage`` column. ``run_at``: when the stage finished
+    (aware, UTC); ``duration_s``: seconds it ran; ``newest``: ``{topic: newest source commit
+    time}`` (:func:`newest_source_ts`), from which ``lag_s`` = seconds to ``run_at``.
+    Raises TypeError for a result that is not a stage result.
     """
+    if not isinstance(result, StageResult):
+        raise TypeError(f"no run metrics for stage {stage!r} in a {type(result).__name__}")
     topics = list(window.topics or cfg.topics())
     newest = newest or {}
 
-    def row(topic: str, **figures) -> dict:
+    def row(topic: str, figures: dict) -> dict:
         ts = newest.get(topic)
         out = dict.fromkeys(METRIC_COLUMNS)
         out.update(run_at=run_at, pipeline=cfg.name, stage=stage, kafka_topic=topic, window_start=window.start,
@@ -78,24 +79,7 @@ def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: Any, ru
                    lag_s=None if ts is None else (run_at - ts).total_seconds(), **figures)
         return out
 
-    if stage == "land":
-        future = getattr(result, "future_stamped", None)
-        return [row(t, records_landed=int(result.get(t, 0)),
-                    future_stamped=None if future is None else int(future.get(t, 0))) for t in topics]
-    if stage == "normalize":
-        zero = {"raw": 0, "changes": 0, "quarantined": 0, "control": 0}
-        return [row(t, records_parsed=int(s["raw"]), change_rows=int(s["changes"]), quarantined=int(s["quarantined"]),
-                    control=int(s["control"])) for t in topics for s in [result.get(t, zero)]]
-    if stage == "silver":
-        rows, seen = [], set()
-        for r in result:
-            for t in r.topics:
-                seen.add(t)
-                rows.append(row(t, silver_table=r.table, changes_merged=int(r.changes), keys_upserted=int(r.upserts),
-                                keys_deleted=int(r.deletes)))
-        rows += [row(t, changes_merged=0) for t in topics if t not in seen]
-        return sorted(rows, key=lambda r: (r["kafka_topic"], r["silver_table"] or ""))
-    raise ValueError(f"no run metrics for stage {stage!r}")
+    return [row(topic, figures) for topic, figures in result.metric_values(topics)]
 
 
 def log_line(row: dict) -> str:
@@ -134,17 +118,19 @@ def write_metrics(spark: "SparkSession", cfg: PipelineConfig, rows: list[dict]) 
         cat.engine.dispose()
 
 
-def record_run(spark: "SparkSession", cfg: PipelineConfig, stage: str, window: Window, result: Any,
+def record_run(spark: "SparkSession", cfg: PipelineConfig, stage: str, window: Window, result: StageResult,
                duration_s: float, run_at: Optional[dt.datetime] = None) -> Optional[list[dict]]:
     """Log and append the run metrics of a stage that succeeded (:func:`metric_rows`); return the rows.
 
-    ``run_at`` defaults to now (UTC). Never raises: any failure (reading the lag, writing the table)
+    The lag is read from the window's bronze changes (:func:`newest_source_ts`) when the result's
+    ``lag_from_bronze`` says so (normalize, silver). ``run_at`` defaults to now (UTC). Never
+    raises: any failure (a result that is not a stage result, reading the lag, writing the table)
     is logged as a warning and returns None; rows already logged stay logged.
     """
     run_at = run_at or dt.datetime.now(UTC)
     try:
         topics = list(window.topics or cfg.topics())
-        newest = newest_source_ts(spark, cfg, window, topics) if stage in LAG_STAGES else None
+        newest = newest_source_ts(spark, cfg, window, topics) if getattr(result, "lag_from_bronze", False) else None
         rows = metric_rows(cfg, stage, window, result, run_at, duration_s, newest)
         for r in rows:
             log.info("%s", log_line(r))

@@ -47,6 +47,7 @@ from cdclake.normalize.limits import (MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_
 from cdclake.normalize.registry import register_schemas, registry_row
 from cdclake.normalize.rows import (OUTPUT_COLUMNS, TAGGED_SCHEMA, RawRow, classify, classify_records, kafka_record,
                                     parse_batches, quarantine_reason, tagged_arrow_schema)
+from cdclake.results import NormalizeResult, TopicCounts
 from cdclake.window import Window
 
 if TYPE_CHECKING:
@@ -60,12 +61,14 @@ log = logging.getLogger(__name__)
 
 
 def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
-              paths: Optional[dict] = None) -> dict[str, dict[str, int]]:
+              paths: Optional[dict] = None) -> NormalizeResult:
     """Parse the window's raw records of the selected topics into bronze, quarantine and control.
 
     Records past the limits of ``cfg.normalize`` (``max_value_bytes``, ``max_nesting_depth``) and
     records that fail in any way are quarantined one by one (see the module docstring).
-    Returns ``{topic: {"raw": n, "changes": rows, "quarantined": n, "control": n}}``. A format
+    Returns a :class:`cdclake.results.NormalizeResult`: a :class:`cdclake.results.TopicCounts` per
+    topic (raw records, change rows, quarantined and control records), which reads as
+    ``{topic: {"raw": n, "changes": rows, "quarantined": n, "control": n}}``. A format
     with a columnar fast path reads most records with it (:mod:`cdclake.formats.columnar`) and
     the rest with its per-record parser; the share is logged per topic and, given a dict
     ``paths``, put there: ``{topic: {"fast_path": records, "per_record": records}}``.
@@ -102,13 +105,14 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
 
 
 def _write(spark: "SparkSession", window: Window, topics: list[str], parsers: dict, tagged, cfg: PipelineConfig,
-           paths: Optional[dict]) -> dict[str, dict[str, int]]:
+           paths: Optional[dict]) -> NormalizeResult:
     """Write the parsed frame ``tagged`` (:data:`cdclake.normalize.rows.TAGGED_SCHEMA`) into the
-    window's bronze, quarantine and control partitions; log and return the counts per topic."""
+    window's bronze, quarantine and control partitions; log and return the counts per topic
+    (:class:`cdclake.results.NormalizeResult`)."""
     from pyspark.sql import functions as F
 
     kind = F.col("_kind")
-    stats = {t: {"raw": 0, "changes": 0, "quarantined": 0, "control": 0} for t in topics}
+    stats = {t: TopicCounts() for t in topics}
     for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
         part = tagged.where(kind == k).select(*[n for n, _ in OUTPUT_COLUMNS[k]])
         frame = bronze_frame(part).sortWithinPartitions(*BRONZE_WRITE_ORDER) if k == "change" else part
@@ -122,19 +126,19 @@ def _write(spark: "SparkSession", window: Window, topics: list[str], parsers: di
             F.count(F.when(F.col("_first") & F.col("_fast"), 1)).alias("fast"),
             *[F.count(F.when(kind == k, 1)).alias(n)
               for k, n in (("change", "changes"), ("quarantine", "quarantined"), ("control", "control"))]).collect():
-        stats[r["kafka_topic"]] = {n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")}
+        stats[r["kafka_topic"]] = TopicCounts(**{n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")})
         fast[r["kafka_topic"]] = int(r["fast"])
         if paths is not None:
             paths[r["kafka_topic"]] = {"fast_path": int(r["fast"]), "per_record": int(r["raw"]) - int(r["fast"])}
     for t, s in stats.items():
         log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
-                 t, window, s["raw"], s["changes"], s["quarantined"], s["control"])
-        if parsers[t].FAST_PATH and s["raw"]:
+                 t, window, s.raw, s.changes, s.quarantined, s.control)
+        if parsers[t].FAST_PATH and s.raw:
             log.info("normalized topic %s for %s: %d of %d raw records (%.2f%%) read by the per-record parser, "
-                     "the rest by the columnar fast path", t, window, s["raw"] - fast.get(t, 0), s["raw"],
-                     100.0 * (s["raw"] - fast.get(t, 0)) / s["raw"])
-        if s["quarantined"]:
+                     "the rest by the columnar fast path", t, window, s.raw - fast.get(t, 0), s.raw,
+                     100.0 * (s.raw - fast.get(t, 0)) / s.raw)
+        if s.quarantined:
             for q in (tagged.where((kind == "quarantine") & (F.col("kafka_topic") == t))
                       .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
                 log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
-    return stats
+    return NormalizeResult(stats)

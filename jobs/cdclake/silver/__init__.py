@@ -72,20 +72,21 @@ from cdclake.catalog import describe, materialize, qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import SchemaChangeError, SilverError
 from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, table_exists, tombstone_table, window_filter
+from cdclake.results import SilverResult, TableResult
 from cdclake.silver.history import apply_history
 from cdclake.silver.keys import carry_over, keyed_rows_with_moves, replay_rows, with_tombstones
 from cdclake.silver.merge import merge_into, merge_source, merge_view
-from cdclake.silver.tables import (BatchSummary, TableResult, after_truncate, apply_truncates, batch_schema,
-                                   ensure_silver_table, has_key_changes, mark_key_changes, new_table_options,
-                                   open_silver_table, record_tombstones, summarize_batch)
+from cdclake.silver.tables import (BatchSummary, after_truncate, apply_truncates, batch_schema, ensure_silver_table,
+                                   has_key_changes, mark_key_changes, new_table_options, open_silver_table,
+                                   record_tombstones, summarize_batch)
 from cdclake.silver.transactions import complete_changes
 from cdclake.window import Window
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SchemaChangeError", "SilverError", "SourceTable", "TableResult", "apply_table", "build_silver",
-           "ensure_silver_table", "silver_table", "tombstone_table"]
+__all__ = ["SchemaChangeError", "SilverError", "SilverResult", "SourceTable", "TableResult", "apply_table",
+           "build_silver", "ensure_silver_table", "silver_table", "tombstone_table"]
 
 log = logging.getLogger(__name__)
 
@@ -173,13 +174,13 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     return result
 
 
-def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> list[TableResult]:
+def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> SilverResult:
     """Merge the window's bronze changes of the selected topics into silver, table by table:
     ``silver.parallel_tables`` tables at a time, each by a driver thread of its own, whose Spark
     jobs run beside the other tables' (a table's steps touch only its own silver, tombstone and
     history tables and temporary views; source tables of one silver name are merged in turn).
-    Returns one :class:`TableResult` per merged table, in the order of
-    :func:`cdclake.silver.tables.summarize_batch` (grouped by silver name).
+    Returns a :class:`cdclake.results.SilverResult`: one :class:`TableResult` per merged table, in
+    the order of :func:`cdclake.silver.tables.summarize_batch` (grouped by silver name).
 
     Raises :class:`SilverError` listing the tables that failed, after all others are merged.
     """
@@ -224,4 +225,4 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     errors = [e for _, e in done if e is not None]
     if errors:
         raise SilverError(f"{len(errors)} table(s) not merged: " + "; ".join(errors))
-    return [r for r, _ in done if r is not None]
+    return SilverResult(tuple(r for r, _ in done if r is not None))

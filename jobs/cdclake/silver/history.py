@@ -38,8 +38,9 @@ from cdclake import types as T
 from cdclake.catalog import ensure_namespace, materialize, temp_view
 from cdclake.config import PipelineConfig
 from cdclake.lake import HISTORY_META, history_namespace, history_table, table_location
+from cdclake.results import TableResult
 from cdclake.silver.keys import MAX_CHAIN
-from cdclake.silver.tables import TableResult, ensure_silver_table
+from cdclake.silver.tables import ensure_silver_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

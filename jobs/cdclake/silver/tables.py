@@ -22,6 +22,7 @@ from cdclake.errors import SchemaChangeError, SilverError
 from cdclake.lake import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, META_COLUMNS, PRIMARY_KEY_PROPERTY, SOFT_DELETE_COLUMN,
                           SOURCE_TABLE_PROPERTY, SourceTable, ensure_tombstone_table, resolve_legacy_name, silver_table,
                           table_exists, table_location, tombstone_table)
+from cdclake.results import TableResult
 from cdclake.silver.keys import key_change
 from cdclake.silver.order import BRONZE, latest_change, literal
 
@@ -29,23 +30,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TableResult:
-    """What one table's merge did: key counts of the deduplicated batch.
-
-    ``topics``: the Kafka topics the table's changes of the batch came from.
-    """
-
-    table: str
-    changes: int = 0
-    upserts: int = 0
-    deletes: int = 0
-    truncated: bool = False
-    added_columns: list[str] = field(default_factory=list)
-    history_versions: int = 0
-    topics: list[str] = field(default_factory=list)
 
 
 def open_silver_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> tuple[SourceTable, str]:
