@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     from cdclake.formats.probe import Probe
 
 
+def learnt_dict(parser: Any) -> dict:
+    """A new empty dict: the factory of a mapping a parser learns (:attr:`FormatParser.LEARNT`)."""
+    return {}
+
+
 class Event:
     """One Kafka record on its way through :meth:`FormatParser.parse`: what the steps read.
 
@@ -109,17 +114,31 @@ class FormatParser:
 
     # -- what a parser learns: dropped when pickled ----------------------------------------------
 
-    #: Attributes :meth:`_forget` makes again, left out of the pickled state.
-    _LEARNT = ("_plans", "_steps")
+    #: What a parser learns from a topic, made anew by :meth:`_forget` and left out of the pickled
+    #: state: attribute → factory (called with the parser). A subclass declares only its own
+    #: (``LEARNT = {"_fast_keys": learnt_dict}``); those of its bases are kept.
+    LEARNT: Mapping[str, Callable[[Any], Any]] = {
+        "_plans": learnt_dict,
+        "_steps": lambda parser: tuple(getattr(parser, name) for name in parser.STEPS),
+    }
+
+    @classmethod
+    def learnt(cls) -> dict[str, Callable[[Any], Any]]:
+        """Every learnt attribute of the class and its bases (:attr:`LEARNT`), bases first."""
+        merged: dict[str, Callable[[Any], Any]] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("LEARNT", {}))
+        return merged
 
     def _forget(self) -> None:
-        """Make the parser's learnt state anew: the kept plans and the bound row steps (formats
-        with readers that learn, e.g. Kafka Connect envelopes, add theirs)."""
-        self._plans: dict = {}
-        self._steps = tuple(getattr(self, name) for name in self.STEPS)
+        """Make the parser's learnt state anew (:attr:`LEARNT`): the kept plans, the bound row
+        steps, and what the format's readers and fast path learn."""
+        for name, make in self.learnt().items():
+            setattr(self, name, make(self))
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in self._LEARNT}
+        learnt = self.learnt()
+        return {k: v for k, v in self.__dict__.items() if k not in learnt}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

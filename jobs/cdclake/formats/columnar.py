@@ -10,18 +10,22 @@ exactly (a shape it does not know, a value a converter refuses, a placeholder th
 out) is left to :meth:`~cdclake.formats.base.FormatParser.parse`, which gives its result or its
 error: the fast path never reports an error of its own.
 
-A change leaves the fast path as a *change row*: the fields of :class:`cdclake.record.ChangeRecord`
-in declaration order, each map (``before``, ``after``, ``column_types``) as a pair (keys list,
-values list), or ``(None, None)`` for no map (:data:`NO_MAP`).
+A change leaves the fast path as a *change row* (:class:`ChangeRow`): the fields of
+:class:`cdclake.record.ChangeRecord` in declaration order, each map (``before``, ``after``,
+``column_types``) as a pair (keys list, values list), or ``(None, None)`` for no map
+(:data:`NO_MAP`). A fast path builds its rows with a :func:`row_maker` (the fields it gives, by
+name) or :func:`change_row` (a :class:`ChangeRecord` it made), never field by field in order.
 """
 from __future__ import annotations
 
+import dataclasses
+from operator import itemgetter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import msgspec
 
 from cdclake.formats.json_values import EnvelopeReader, unwrap_envelope
-from cdclake.record import KafkaRecord
+from cdclake.record import ChangeRecord, KafkaRecord
 
 #: The JSON decoder of the fast paths: ``JSON.decode(bytes)``; raises ``msgspec.DecodeError`` (a
 #: ``ValueError``) for anything it does not accept, e.g. ``NaN``, numbers out of a double's range,
@@ -30,6 +34,92 @@ JSON = msgspec.json.Decoder()
 
 #: The pair of a map that does not exist.
 NO_MAP = (None, None)
+
+#: The fields of a change row: :class:`~cdclake.record.ChangeRecord`'s, in declaration order.
+CHANGE_FIELDS = tuple(f.name for f in dataclasses.fields(ChangeRecord))
+#: The ChangeRecord fields that are maps (a pair in a change row) and lists.
+_MAPS = frozenset(f.name for f in dataclasses.fields(ChangeRecord) if f.type.startswith(("dict", "Optional[dict")))
+_LISTS = frozenset(f.name for f in dataclasses.fields(ChangeRecord) if f.type.startswith(("list", "tuple")))
+
+
+class ChangeRow(tuple):
+    """One change of a fast path: the fields of :class:`~cdclake.record.ChangeRecord` in declaration
+    order (:data:`CHANGE_FIELDS`, each readable by name: ``row.before``), each map as a ``(keys
+    list, values list)`` pair or :data:`NO_MAP`, the key and the position as lists. Made by
+    :func:`row_maker` or :func:`change_row`; :func:`cdclake.lake.staged_row` reads it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ChangeRow(" + ", ".join(f"{n}={v!r}" for n, v in zip(CHANGE_FIELDS, self)) + ")"
+
+
+for _i, _name in enumerate(CHANGE_FIELDS):
+    setattr(ChangeRow, _name, property(itemgetter(_i), doc=f"The change's ``{_name}``."))
+del _i, _name
+
+
+def _row_default(f: dataclasses.Field) -> Any:
+    """A ChangeRecord field's default as a change row holds it (a map as a pair, a tuple as a list)."""
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if f.name in _MAPS:
+        return None if value is None else (list(value), list(value.values()))
+    return list(value) if f.name in _LISTS else value
+
+
+#: Fields with a default: name → the default as a change row holds it.
+_DEFAULTS = {f.name: _row_default(f) for f in dataclasses.fields(ChangeRecord)
+             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+
+
+def _fresh(value: Any) -> str:
+    """Python text that makes ``value`` anew for each row (lists and pairs of lists are copied)."""
+    if type(value) is list:
+        return f"list({value!r})"
+    if type(value) is tuple and all(type(v) is list for v in value):
+        return "(" + ", ".join(f"list({v!r})" for v in value) + ",)"
+    return repr(value)
+
+
+def row_maker(*varying: str, **fixed: Any) -> Callable[..., ChangeRow]:
+    """A function that makes the :class:`ChangeRow` of one change from the fields named in
+    ``varying``, given positionally in that order; the other fields are ``fixed`` (by name, the
+    same for every row: names, types, constants) or take their ChangeRecord default. Made once (per
+    module or table plan), called once per change. Raises ``ValueError`` for a name that is not a
+    field, a field both varying and fixed, or a field without a default given neither way."""
+    unknown = (set(varying) | set(fixed)) - set(CHANGE_FIELDS)
+    if unknown:
+        raise ValueError(f"not ChangeRecord fields: {sorted(unknown)}")
+    if set(varying) & set(fixed):
+        raise ValueError(f"fields both varying and fixed: {sorted(set(varying) & set(fixed))}")
+    scope: dict[str, Any] = {"_new": tuple.__new__, "_Row": ChangeRow}
+    parts = []
+    for name in CHANGE_FIELDS:
+        if name in varying:
+            parts.append(name)
+        elif name in fixed:
+            scope[f"_{name}"] = fixed[name]
+            parts.append(f"_{name}")
+        elif name in _DEFAULTS:
+            parts.append(_fresh(_DEFAULTS[name]))
+        else:
+            raise ValueError(f"field {name!r} has no default: give it")
+    code = f"def make_row({', '.join(varying)}):\n    return _new(_Row, ({', '.join(parts)},))\n"
+    exec(code, scope)  # the code places the fields of CHANGE_FIELDS; no value is part of it
+    return scope["make_row"]
+
+
+def _pair(m: Optional[dict]) -> tuple:
+    return NO_MAP if m is None else (list(m), list(m.values()))
+
+
+def change_row(c: ChangeRecord) -> ChangeRow:
+    """The change row of a :class:`ChangeRecord` (a fast path that builds changes with the
+    per-record parser's functions)."""
+    return tuple.__new__(ChangeRow, (
+        _pair(getattr(c, n)) if n in _MAPS else list(getattr(c, n)) if n in _LISTS else getattr(c, n)
+        for n in CHANGE_FIELDS))
+
 
 #: Values per batch a fast path reads whole to learn a Kafka Connect envelope it has not met.
 MAX_LEARNT = 16

@@ -297,12 +297,7 @@ class ConnectJsonParser(FormatParser):
     an object (``payload``).
     """
 
-    _LEARNT = FormatParser._LEARNT + ("_reader", "_key_reader")
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._reader = EnvelopeReader(self.format_name)
-        self._key_reader = EnvelopeReader(self.format_name)
+    LEARNT = {"_reader": lambda parser: EnvelopeReader(parser.format_name), "_key_reader": lambda parser: EnvelopeReader(parser.format_name)}
 
     def tombstone(self, record: KafkaRecord) -> ControlRecord:
         """A ``tombstone`` whose detail is the Kafka key as text."""

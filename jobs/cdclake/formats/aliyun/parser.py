@@ -67,7 +67,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images, row_maker
 from cdclake.formats.fields import element, integer, json_object, name_text, table_name
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
@@ -77,6 +77,9 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 from cdclake.types import to_text
 
 FORMAT = "aliyun-json"
+#: The fast path's change row of a record.
+_ROW = row_maker("source_database", "source_schema", "source_table", "op", "before", "after", "primary_key",
+                 "column_types", "source_position", "source_ts_ms", source_format=FORMAT)
 #: ``payload.op`` of a row change → (bronze op, the image it reads: ``before``/``after``/both).
 ROW_OPS = {"INSERT": "insert", "UPDATE_AFTER": "update", "UPDATE_BEFORE": "delete", "UPDATE_BEFOR": "delete",
            "DELETE": "delete", "TRUNCATE": "truncate"}
@@ -241,11 +244,7 @@ class AliyunJsonParser(FormatParser):
     format_name = FORMAT
     FAST_PATH = True
     STEPS = ("table", "column_types", "primary_key", "images", "position")
-    _LEARNT = FormatParser._LEARNT + ("_key_reader",)
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._key_reader = EnvelopeReader(self.format_name)
+    LEARNT = {"_key_reader": lambda parser: EnvelopeReader(parser.format_name)}
 
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
         """The columnar fast path (:mod:`cdclake.formats.columnar`) for row changes other than
@@ -419,8 +418,8 @@ def _fast_group(parser: AliyunJsonParser, records: list[KafkaRecord], key: tuple
             keyed = dict(zip(*before)) if op == "delete" else dict(zip(names, texts[a]))  # type: ignore[index]
             if any(keyed.get(k) is None for k in pk):
                 raise ValueError("primary key column missing or null")
-            change = (FORMAT, database, schema_name, table, op, before, after, list(pk), types_pair,
-                      list(position), ts_ms, None, None, 0, None, None)
+            change = _ROW(database, schema_name, table, op, before, after, list(pk), types_pair, list(position),
+                          ts_ms)
             names_key = (tuple(pk), op, tuple(before[0] or ()), a is None)
             if names_key not in checked:
                 check_names(ChangeRecord(FORMAT, database, schema_name, table, op,

@@ -52,8 +52,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Optional
 
-from cdclake.formats.base import Event
-from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
+from cdclake.formats.base import Event, learnt_dict
+from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads, row_maker
 from cdclake.formats.connect import (ConnectJsonParser, column_converter, connect_text, connect_type,
                                      key_fields, struct_fields)
 from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, optional_element, table_name
@@ -66,6 +66,9 @@ from cdclake.record import ChangeRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
 FORMAT = "arcion-json"
+#: The fast path's change row of a record.
+_ROW = row_maker("source_database", "source_schema", "source_table", "op", "before", "after", "primary_key",
+                 "column_types", "source_position", "source_ts_ms", "tx_id", source_format=FORMAT)
 #: ``op`` codes → canonical operations.
 OPS = {"r": "snapshot", "c": "insert", "u": "update", "d": "delete"}
 #: ``source.connector`` values whose positions are MySQL binlog coordinates (compared lower-case).
@@ -213,12 +216,7 @@ class ArcionJsonParser(ConnectJsonParser):
 
     format_name = FORMAT
     FAST_PATH = True
-    _LEARNT = ConnectJsonParser._LEARNT + ("_fast_keys", "_fast_names")
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._fast_keys: dict = {}
-        self._fast_names: dict = {}
+    LEARNT = {"_fast_keys": learnt_dict, "_fast_names": learnt_dict}
 
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
         """The columnar fast path (:mod:`cdclake.formats.columnar`) for ``r``, ``c``, ``u`` and ``d``
@@ -456,5 +454,5 @@ def _fast_columns(parser: ArcionJsonParser, records: list[KafkaRecord], key: tup
                 checked[name_key] = ok
         if not ok:
             continue
-        out[i] = [(FORMAT, db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
-                   list(pk), types_pair, position, ts, tx_id, None, 0, None, None)]
+        out[i] = [_ROW(db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
+                       list(pk), types_pair, position, ts, tx_id)]

@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images, row_maker
 from cdclake.formats.fields import element, json_object, name_text
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
@@ -42,6 +42,9 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "canal-json"
+#: The fast path's change row of one row of a message.
+_ROW = row_maker("source_database", "source_table", "op", "before", "after", "primary_key", "column_types",
+                 "source_position", "source_ts_ms", "row_in_record", source_format=FORMAT, source_schema=None)
 ROW_TYPES = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot"}
 #: The position of an ``INIT`` (initial load) row, before its row index: before every binlog change.
 INIT_POSITION = (0, 0)
@@ -145,11 +148,7 @@ class CanalJsonParser(FormatParser):
     FAST_PATH = True
     #: ``es`` and ``id`` are read with the table, before the types; the key before the rows.
     STEPS = ("table", "position", "column_types", "primary_key", "images")
-    _LEARNT = FormatParser._LEARNT + ("_key_reader",)
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._key_reader = EnvelopeReader(self.format_name)
+    LEARNT = {"_key_reader": lambda parser: EnvelopeReader(parser.format_name)}
 
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
         """The columnar fast path (:mod:`cdclake.formats.columnar`) for INSERT, UPDATE, DELETE and INIT
@@ -352,11 +351,11 @@ def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple,
                     before, after = (NO_MAP if b is None else (names, texts[b])), (names, texts[a])
                 if any(image.get(k) is None for k in pk):
                     raise ValueError("primary key column missing or null")
-                changes.append((FORMAT, database, None, table, op, before, after, list(pk), types_pair,
-                                [es, msg_id, r], ts_ms, None, None, r, None, None))
-            names_key = (key, tuple(pk), op, tuple(changes[0][5][0] or ()))
+                changes.append(_ROW(database, table, op, before, after, list(pk), types_pair, [es, msg_id, r],
+                                    ts_ms, r))
+            names_key = (key, tuple(pk), op, tuple(changes[0].before[0] or ()))
             if names_key not in checked:
-                check_names(ChangeRecord(FORMAT, database, None, table, op, dict.fromkeys(changes[0][5][0] or ()),
+                check_names(ChangeRecord(FORMAT, database, None, table, op, dict.fromkeys(changes[0].before[0] or ()),
                                          dict.fromkeys(names), pk, types))
                 if len(checked) < 4096:
                     checked.add(names_key)

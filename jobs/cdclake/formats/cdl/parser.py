@@ -53,7 +53,7 @@ from decimal import Decimal
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import Event
-from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
+from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads, row_maker
 from cdclake.formats.connect import (ConnectJsonParser, connect_converter, connect_text, connect_type,
                                      struct_fields)
 from cdclake.formats.fields import element, json_object, table_name
@@ -66,6 +66,9 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "cdl-json"
+#: The fast path's change row of a record.
+_ROW = row_maker("source_schema", "source_table", "op", "before", "after", "primary_key", "column_types",
+                 "source_position", "source_ts_ms", "tx_id", source_format=FORMAT, source_database=None)
 OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 #: Suffix of CDL's string-encoded decimal logical type (``com.xxx.cdc.data.Decimal`` in the document).
 CDL_DECIMAL_SUFFIX = ".cdc.data.Decimal"
@@ -480,5 +483,5 @@ def _fast_group(parser: CdlJsonParser, records: list[KafkaRecord], key: tuple, s
                 continue
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        out[i] = [(FORMAT, None, schema_name, table, op, before_pair, after_pair, pk, types_pair, list(position),
-                   position[1], None if tx_id is None else str(tx_id), None, 0, None, None)]
+        out[i] = [_ROW(schema_name, table, op, before_pair, after_pair, pk, types_pair, list(position), position[1],
+                       None if tx_id is None else str(tx_id))]

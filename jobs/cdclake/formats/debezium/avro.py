@@ -59,7 +59,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import fastavro
 
-from cdclake.formats.base import Event
+from cdclake.formats.base import Event, learnt_dict
 from cdclake.formats.connect import DECIMAL
 from cdclake.formats.debezium.fast import fast_changes
 from cdclake.formats.debezium.parser import DebeziumJsonParser
@@ -339,16 +339,11 @@ class DebeziumAvroParser(DebeziumJsonParser):
     SCHEMA_NAME = "Avro"
     DECODER: Any = AvroDecoder
     RECORD = "an Avro record"
-    _LEARNT = DebeziumJsonParser._LEARNT + ("_client", "_decoders")
+    LEARNT = {"_client": lambda parser: None, "_decoders": learnt_dict}
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None):
         self._registry_conf = _registry_options(options or {})
         super().__init__(options)
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._client: Any = None
-        self._decoders: dict[int, Any] = {}
 
     # -- the registry ---------------------------------------------------------------------------
 

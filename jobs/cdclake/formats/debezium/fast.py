@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads
+from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads, row_maker
 from cdclake.formats.connect import (key_fields)
 from cdclake.formats.fields import kafka_key_text, optional_element
 from cdclake.formats.debezium.lindorm import is_lindorm
@@ -19,6 +19,16 @@ from cdclake.formats.debezium.plan import FORMAT, _DELETE_HINT, _FAST_MEMBERS, _
 
 if TYPE_CHECKING:
     from cdclake.formats.debezium.parser import DebeziumJsonParser
+
+def _row_maker(fmt: str):
+    """The change row maker of format ``fmt`` (the Debezium formats share this fast path)."""
+    return row_maker("source_database", "source_schema", "source_table", "op", "before", "after", "primary_key",
+                     "column_types", "source_position", "source_ts_ms", "tx_id", "tx_seq", source_format=fmt)
+
+
+#: Format name → its change row maker, made on first use.
+_ROWS: dict = {}
+
 
 def _fast_parse(parser: DebeziumJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`DebeziumJsonParser.fast_parse`: see there."""
@@ -54,6 +64,7 @@ def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tup
                 out: list) -> None:
     """The changes of one table plan's records (``members``: index, payload, source, schema) into ``out``."""
     envelope, db, schema_name, table = key
+    make_row = _ROWS.get(parser.format_name) or _ROWS.setdefault(parser.format_name, _row_maker(parser.format_name))
     try:
         plan = parser.kept(key, _TablePlan, parser.options, members[0][3], db, schema_name, table)
     except (TypeError, AttributeError, ValueError):
@@ -137,6 +148,5 @@ def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tup
                 checked[name_key] = ok
         if not ok:
             continue
-        out[i] = [(parser.format_name, db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
-                   list(pk), types_pair, position, ts, None if tx_id is None else str(tx_id), tx_seq, 0,
-                   None, None)]
+        out[i] = [make_row(db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
+                           list(pk), types_pair, position, ts, None if tx_id is None else str(tx_id), tx_seq)]

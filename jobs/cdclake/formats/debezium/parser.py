@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from cdclake.formats.base import Event
+from cdclake.formats.base import Event, learnt_dict
 from cdclake.formats.connect import (ConnectJsonParser, key_fields)
 from cdclake.formats.fields import kafka_key_text, name_text, optional_element, table_name
 from cdclake.formats.json_values import read_key
@@ -49,12 +49,7 @@ class DebeziumJsonParser(ConnectJsonParser):
 
     format_name = FORMAT
     FAST_PATH = True
-    _LEARNT = ConnectJsonParser._LEARNT + ("_fast_keys", "_fast_names")
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._fast_keys: dict = {}
-        self._fast_names: dict = {}
+    LEARNT = {"_fast_keys": learnt_dict, "_fast_names": learnt_dict}
 
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
         """The columnar fast path (:mod:`cdclake.formats.columnar`) for change events whose

@@ -110,7 +110,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
-from cdclake.formats.columnar import JSON
+from cdclake.formats.columnar import JSON, change_row
 from cdclake.formats.fields import commit_time_ms, element, json_object, name_text, table_name
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
@@ -246,7 +246,7 @@ class AwsDmsJsonParser(FormatParser):
                     continue
                 for change in changes:
                     check_names(change)
-                out[i] = [_row(c) for c in changes]
+                out[i] = [change_row(c) for c in changes]
             except Exception:  # noqa: BLE001  (the per-record parser reports it)
                 out[i] = None
         return out
@@ -377,13 +377,3 @@ def _null_key(change: ChangeRecord) -> bool:
     return image is not None and any(image.get(k) is None for k in change.primary_key)
 
 
-def _row(change: ChangeRecord) -> tuple:
-    """A change as the fast path's change row (:mod:`cdclake.formats.columnar`): the fields in
-    declaration order, each map a pair (keys list, values list), no map ``(None, None)``."""
-    def pair(m: Optional[dict]) -> tuple:
-        return (None, None) if m is None else (list(m), list(m.values()))
-
-    return (change.source_format, change.source_database, change.source_schema, change.source_table, change.op,
-            pair(change.before), pair(change.after), list(change.primary_key), pair(change.column_types),
-            list(change.source_position), change.source_ts_ms, change.tx_id, change.tx_seq, change.row_in_record,
-            change.tx_last, change.tx_size)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from cdclake.formats.columnar import NO_MAP
+from cdclake.formats.columnar import NO_MAP, row_maker
 from cdclake.formats.dts.schema import FORMAT, peek_operation, read_whole
 from cdclake.formats.dts.values import SourceInfo, read_column, value_text
 from cdclake.formats.json_values import read_key
@@ -29,6 +29,9 @@ _MAX_VALUES = 32768
 _UNSET = object()
 _REFUSED = object()
 _FIELD = itemgetter("name", "dataTypeNumber")
+#: The fast path's change row of a record.
+_ROW = row_maker("source_database", "source_schema", "source_table", "op", "before", "after", "primary_key",
+                 "column_types", "source_position", "source_ts_ms", "tx_id", source_format=FORMAT)
 
 
 def _fast_parse(parser: DtsAvroParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
@@ -222,6 +225,5 @@ def _fast_group(parser: DtsAvroParser, records: list[KafkaRecord], key: tuple, m
                 ok = checked[pk_names] = False
         if not ok:
             continue
-        out[i] = [(FORMAT, database, schema, table, op, NO_MAP if op == "insert" else before_pair,
-                   NO_MAP if op == "delete" else after_pair, pk, types_pair, position, seconds * 1000, _txid(msg),
-                   None, 0, None, None)]
+        out[i] = [_ROW(database, schema, table, op, NO_MAP if op == "insert" else before_pair,
+                       NO_MAP if op == "delete" else after_pair, pk, types_pair, position, seconds * 1000, _txid(msg))]

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from cdclake.formats.base import Event, FormatParser
+from cdclake.formats.base import Event, FormatParser, learnt_dict
 from cdclake.formats.dts.schema import FORMAT, decode
 from cdclake.formats.dts.values import SourceInfo, read_value, value_text
 from cdclake.formats.json_values import read_key
@@ -76,13 +76,7 @@ class DtsAvroParser(FormatParser):
 
     format_name = FORMAT
     FAST_PATH = True
-    _LEARNT = FormatParser._LEARNT + ("_fast_keys", "_fast_carried", "_fast_values")
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._fast_keys: dict = {}
-        self._fast_carried: dict = {}
-        self._fast_values: dict = {}
+    LEARNT = {"_fast_keys": learnt_dict, "_fast_carried": learnt_dict, "_fast_values": learnt_dict}
 
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
         """The columnar fast path (:mod:`cdclake.formats.columnar`) for INSERT, UPDATE and DELETE

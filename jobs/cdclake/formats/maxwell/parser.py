@@ -106,7 +106,7 @@ from typing import Any, Callable, Mapping, Optional
 import msgspec
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
-from cdclake.formats.columnar import NO_MAP, convert_images
+from cdclake.formats.columnar import NO_MAP, convert_images, row_maker
 from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, table_name
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image
@@ -116,6 +116,10 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 from cdclake.types import to_text
 
 FORMAT = "maxwell-json"
+#: The fast path's change row of a record.
+_ROW = row_maker("source_database", "source_table", "op", "before", "after", "primary_key", "column_types",
+                 "source_position", "source_ts_ms", "tx_id", "tx_seq", "tx_last", source_format=FORMAT,
+                 source_schema=None)
 #: ``type`` → bronze op of a row change.
 ROW_TYPES = {"insert": "insert", "update": "update", "delete": "delete", "bootstrap-insert": "snapshot"}
 #: ``type`` → control kind of a record that is not a row change.
@@ -491,5 +495,5 @@ def _fast_group(parser: MaxwellJsonParser, records: list[KafkaRecord], names: tu
                     checked.add(names_key)
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        out[i] = [(FORMAT, database, None, table, op, before, after, list(pk), types_pair, list(position), ts_ms,
-                   tx_id, tx_seq, 0, tx_last, None)]
+        out[i] = [_ROW(database, table, op, before, after, list(pk), types_pair, list(position), ts_ms, tx_id, tx_seq,
+                       tx_last)]

@@ -59,10 +59,10 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from cdclake.formats.base import Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP
+from cdclake.formats.columnar import JSON, change_row
 from cdclake.formats.fields import element, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
@@ -221,7 +221,7 @@ class OggJsonParser(FormatParser):
                 rows = []
                 for c in changes:
                     _check(c, checked)
-                    rows.append(_change_row(c))
+                    rows.append(change_row(c))
             except Exception:  # noqa: BLE001  (the per-record parser reports it)
                 continue
             out[i] = rows
@@ -344,17 +344,6 @@ def _check(c: ChangeRecord, checked: set) -> None:
     image = c.before if c.op == "delete" else c.after
     if not c.primary_key or image is None or any(image.get(k) is None for k in c.primary_key):
         raise ValueError("key column missing or null")
-
-
-def _pair(image: Optional[Mapping[str, Optional[str]]]) -> tuple:
-    return NO_MAP if image is None else (list(image), list(image.values()))
-
-
-def _change_row(c: ChangeRecord) -> tuple:
-    """A :class:`ChangeRecord` as a change row of the fast path (:mod:`cdclake.formats.columnar`)."""
-    return (c.source_format, c.source_database, c.source_schema, c.source_table, c.op, _pair(c.before),
-            _pair(c.after), list(c.primary_key), _pair(c.column_types), list(c.source_position), c.source_ts_ms,
-            c.tx_id, c.tx_seq, c.row_in_record, c.tx_last, c.tx_size)
 
 
 __all__ = ["FORMAT", "OPS", "OggJsonParser", "ogg_converter", "ogg_datetime", "op_ts_ms", "split_table"]

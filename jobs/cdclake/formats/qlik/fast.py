@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from cdclake.formats.columnar import NO_MAP, convert_images
+from cdclake.formats.columnar import NO_MAP, convert_images, row_maker
 from cdclake.formats.fields import integer
 from cdclake.formats.options import key_delete_image
-from cdclake.formats.qlik.schema import (QlikTable)
+from cdclake.formats.qlik.schema import AVRO_FORMAT, JSON_FORMAT, QlikTable
 from cdclake.formats.qlik.values import transaction_last_event, value_converter
 from cdclake.names import check_names
 from cdclake.positions import as_element
@@ -20,6 +20,13 @@ from cdclake.formats.qlik.schema import OPS, REFRESH_POSITION, _DELETE_HINT
 
 if TYPE_CHECKING:
     from cdclake.formats.qlik.parser import QlikParser
+
+#: The fast path's change row of a data message, per format.
+_ROWS = {fmt: row_maker("source_schema", "source_table", "op", "before", "after", "primary_key", "column_types",
+                        "source_position", "source_ts_ms", "tx_id", "tx_seq", "tx_last", source_format=fmt,
+                        source_database=None)
+         for fmt in (JSON_FORMAT, AVRO_FORMAT)}
+
 
 def _fast_parse(parser: QlikParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`QlikParser.fast_parse`: see there."""
@@ -68,6 +75,7 @@ def _fast_group(parser: QlikParser, table: QlikTable, columns: tuple, members: l
     """The changes of one table definition's records whose image names ``columns`` (``members``:
     index, data message, headers, op, image) into ``out``."""
     fmt, options = parser.format_name, parser.options
+    make_row = _ROWS[fmt]
     known = table.by_name
     extra_types = options.column_types(None, table.schema, table.table)
     pk = list(options.key_override(None, table.schema, table.table) or table.primary_key)
@@ -135,8 +143,8 @@ def _fast_group(parser: QlikParser, table: QlikTable, columns: tuple, members: l
             tx_last = transaction_last_event(headers)
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        out[i] = [(fmt, None, table.schema, table.table, op, before_pair, after_pair, list(pk), types_pair, position,
-                   ts_ms, tx_id, tx_seq, 0, tx_last, None)]
+        out[i] = [make_row(table.schema, table.table, op, before_pair, after_pair, list(pk), types_pair, position,
+                           ts_ms, tx_id, tx_seq, tx_last)]
 
 
 def _mask_plan(table: QlikTable, columns: tuple, known: dict, pk: list, mask: Any) -> tuple:

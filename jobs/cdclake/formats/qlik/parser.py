@@ -11,7 +11,7 @@ import abc
 import json
 from typing import Any, Mapping, Optional, Sequence
 
-from cdclake.formats.base import Event, FormatParser
+from cdclake.formats.base import Event, FormatParser, learnt_dict
 from cdclake.formats.columnar import JSON
 from cdclake.formats.fields import integer
 from cdclake.formats.json_values import load_json
@@ -79,7 +79,7 @@ class QlikParser(FormatParser, SchemaAwareParser):
     format_name = ""
     STEPS = ("position", "table", "column_types", "primary_key", "images")
     FAST_PATH = True
-    _LEARNT = FormatParser._LEARNT + ("_cache",)
+    LEARNT = {"_cache": learnt_dict}
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None, entries: Sequence[SchemaEntry] = ()):
         self._raw_options = dict(options or {})
@@ -94,10 +94,6 @@ class QlikParser(FormatParser, SchemaAwareParser):
         self.entries: dict[str, SchemaEntry] = {}
         for e in entries:
             self.entries[str(e.schema_id)] = e
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._cache: dict = {}
 
     # -- SchemaAwareParser -----------------------------------------------------------------------
 

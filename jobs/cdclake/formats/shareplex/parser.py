@@ -59,8 +59,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images
+from cdclake.formats.base import ConfiguredTypes, Event, FormatParser, learnt_dict
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images, row_maker
 from cdclake.formats.fields import commit_time_ms, element, json_object, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import key_delete_image, resolve_primary_key
@@ -70,6 +70,10 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 from cdclake.types import to_text
 
 FORMAT = "shareplex-json"
+#: The fast path's change row of a record.
+_ROW = row_maker("source_schema", "source_table", "op", "before", "after", "primary_key", "column_types",
+                 "source_position", "source_ts_ms", "tx_id", "tx_seq", "tx_size", source_format=FORMAT,
+                 source_database=None)
 #: ``meta.op`` (upper-cased, ``_`` read as a space) → bronze op, or a control kind for records that are not rows.
 OPS = {
     "INS": "insert", "INSERT": "insert",
@@ -160,13 +164,7 @@ class ShareplexJsonParser(FormatParser):
     FAST_PATH = True
     #: The table is read with the operation (control records carry it too).
     STEPS = ("column_types", "images", "primary_key", "position")
-    _LEARNT = FormatParser._LEARNT + ("_fast_targets", "_fast_times", "_fast_keys")
-
-    def _forget(self) -> None:
-        super()._forget()
-        self._fast_targets: dict = {}
-        self._fast_times: dict = {}
-        self._fast_keys: dict = {}
+    LEARNT = {"_fast_targets": learnt_dict, "_fast_times": learnt_dict, "_fast_keys": learnt_dict}
 
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
         """The columnar fast path (:mod:`cdclake.formats.columnar`) for insert, update and delete
@@ -379,8 +377,8 @@ def _fast_group(parser: ShareplexJsonParser, records: list[KafkaRecord], names: 
             trans = meta.get("trans")
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        out[i] = [(FORMAT, None, schema, table, op, before, after, list(pk), types_pair, position, ts_ms,
-                   None if trans is None else str(trans), tx_seq, 0, None, tx_size)]
+        out[i] = [_ROW(schema, table, op, before, after, list(pk), types_pair, position, ts_ms,
+                       None if trans is None else str(trans), tx_seq, tx_size)]
 
 
 def _convert_images(plan: ConfiguredTypes, images: list) -> tuple[list, set[int]]:
