@@ -1,4 +1,4 @@
-"""Adding a format as the README's "Add a format in five steps" says, with a small test-only format.
+"""Adding a format as "Add a format in five steps" in docs/development.md says, with a small test-only format.
 
 ``mini-json`` follows no vendor document: each Kafka value is one JSON object ``{"op": "insert" |
 "update" | "delete" | "ddl", "table": "[db.]table", "key": [columns], "before": {...}, "after":
