@@ -21,10 +21,11 @@ with its tables, and ``test_dag.py`` runs the DAG on the other paths inside the 
   with the pipeline's executor memory, the runs are rows of the PostgreSQL metadata database,
   the silver tables are in the PostgreSQL catalog.
 
-The screenshots go to ``docs/screenshots/`` (the README shows them). The pipeline's schedule fires
-hourly on 1 January only: the hours of the backfill are there, and no scheduled run starts while
-the module runs. Needs the PostgreSQL server at ``127.0.0.1:5432`` (user ``postgres``, trust
-auth), the JDBC driver and Chromium (``make deps``): a missing part fails, it is not skipped.
+The screenshots go to ``docs/screenshots/`` (``docs/operations.md`` and the README show them). The
+pipeline's schedule fires hourly on 1 January only: the hours of the backfill are there, and no
+scheduled run starts while the module runs. Needs the PostgreSQL server at ``127.0.0.1:5432``
+(user ``postgres``, trust auth), the JDBC driver and Chromium (``make deps``): a missing part
+fails, it is not skipped.
 """
 from __future__ import annotations
 
