@@ -246,6 +246,30 @@ class FormatParser:
             tx_size=event.tx_size)]
 
 
+class ColumnPlan:
+    """A table plan's converters, one per column (JSON value → canonical text), each made on first
+    use by :meth:`make_converter`, which a format's plan gives. :meth:`convert` raises what the
+    converter raises (``ValueError`` for a value that does not fit)."""
+
+    def __init__(self) -> None:
+        self._converters: dict[str, Callable[[Any], Any]] = {}
+
+    def make_converter(self, col: str) -> Callable[[Any], Any]:
+        """The converter of column ``col``."""
+        raise NotImplementedError
+
+    def converter(self, col: str) -> Callable[[Any], Any]:
+        """The converter of column ``col``, made once."""
+        conv = self._converters.get(col)
+        if conv is None:
+            conv = self._converters[col] = self.make_converter(col)
+        return conv
+
+    def convert(self, col: str, value: Any) -> Any:
+        """Canonical text of ``value`` in column ``col``."""
+        return (self._converters.get(col) or self.converter(col))(value)
+
+
 class ConfiguredTypes:
     """A table plan for messages that carry no types: the configured ``column_types`` of the table
     (canonical types), other columns read as text.

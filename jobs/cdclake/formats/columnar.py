@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import msgspec
 
 from cdclake.formats.json_values import EnvelopeReader, unwrap_envelope
+from cdclake.names import check_names
 from cdclake.record import ChangeRecord, KafkaRecord
 
 #: The JSON decoder of the fast paths: ``JSON.decode(bytes)``; raises ``msgspec.DecodeError`` (a
@@ -119,6 +120,92 @@ def change_row(c: ChangeRecord) -> ChangeRow:
     return tuple.__new__(ChangeRow, (
         _pair(getattr(c, n)) if n in _MAPS else list(getattr(c, n)) if n in _LISTS else getattr(c, n)
         for n in CHANGE_FIELDS))
+
+
+#: Name sets a fast path keeps the verdict of (:func:`names_pass`), per parser or plan.
+MAX_CHECKED = 4096
+
+
+def json_objects(records: Sequence[KafkaRecord], decode: Callable[[bytes], Any] = JSON.decode
+                 ) -> Iterator[tuple[int, dict]]:
+    """``(index in records, message)`` of each record whose value ``decode`` (default :data:`JSON`)
+    reads as one JSON object; the others are not given (the per-record parser reads them)."""
+    for i, rec in enumerate(records):
+        try:
+            msg = decode(rec.value)
+        except (ValueError, TypeError):
+            continue
+        if type(msg) is dict:
+            yield i, msg
+
+
+def source_names(source: dict) -> Optional[tuple[Optional[str], Optional[str], str]]:
+    """``(db, schema, table)`` of a Kafka Connect ``source`` block whose ``table`` is non-empty text
+    and whose ``db`` and ``schema`` are text or absent; None for any other (the per-record parser
+    reads it)."""
+    table, db, schema = source.get("table"), source.get("db"), source.get("schema")
+    if (type(table) is not str or not table or (db is not None and type(db) is not str)
+            or (schema is not None and type(schema) is not str)):
+        return None
+    return db, schema, table
+
+
+def connect_groups(payloads: Iterator[tuple[int, Any, Optional[dict], Any]],
+                   source_of: Callable[[int, dict], Optional[dict]]) -> dict[tuple, list[tuple]]:
+    """Kafka Connect payloads grouped by table plan: ``(envelope id, db, schema, table)`` →
+    ``[(index, payload, source block, Connect schema)]``. ``payloads`` as
+    :func:`envelope_payloads` gives them; ``source_of(index, payload)`` gives the ``source`` block
+    of a payload the fast path reads (an object payload), or None for one it leaves; a block
+    without text names (:func:`source_names`) is left too."""
+    groups: dict[tuple, list[tuple]] = {}
+    for i, payload, schema, envelope in payloads:
+        if type(payload) is not dict:
+            continue
+        source = source_of(i, payload)
+        if source is None:
+            continue
+        names = source_names(source)
+        if names is not None:
+            groups.setdefault((envelope, *names), []).append((i, payload, source, schema))
+    return groups
+
+
+def key_indices(cache: dict, key: Any, names: Sequence[str], pk: Sequence[str]) -> Optional[list[int]]:
+    """The indices in ``names`` (an image's columns) of the primary key columns ``pk``, or None when
+    one is not among them; kept in ``cache`` under ``key``."""
+    at = cache.get(key, cache)
+    if at is cache:
+        at = cache[key] = [names.index(k) for k in pk] if set(pk) <= set(names) else None
+    return at
+
+
+def read_groups(groups: dict, read_group: Callable[[Any, list], None], out: list) -> list:
+    """Call ``read_group(key, members)`` for each group of ``groups`` (group key → members, each
+    member's first item its index in ``out``); a group whose reading raises leaves all its
+    records to the per-record parser (their ``out`` entries None). Returns ``out``."""
+    for key, members in groups.items():
+        try:
+            read_group(key, members)
+        except Exception:  # noqa: BLE001  (the per-record parser reads the group's records)
+            for member in members:
+                out[member[0]] = None
+    return out
+
+
+def names_pass(checked: dict, key: Any, change: Callable[[], ChangeRecord]) -> bool:
+    """Whether the change ``change()`` makes passes :func:`cdclake.names.check_names` (a change
+    carrying the names of the records ``key`` stands for); the verdict is kept in ``checked`` under
+    ``key`` (up to :data:`MAX_CHECKED` keys), so each name set is checked once."""
+    ok = checked.get(key)
+    if ok is None:
+        try:
+            check_names(change())
+            ok = True
+        except Exception:  # noqa: BLE001  (the per-record parser reports it)
+            ok = False
+        if len(checked) < MAX_CHECKED:
+            checked[key] = ok
+    return ok
 
 
 #: Values per batch a fast path reads whole to learn a Kafka Connect envelope it has not met.

@@ -66,13 +66,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
-from cdclake.formats.base import Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images, row_maker
+from cdclake.formats.base import ColumnPlan, Event, FormatParser
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images, names_pass, read_groups, row_maker
 from cdclake.formats.fields import element, integer, json_object, name_text, table_name
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import convert_image, epoch_timestamp, text_converter
-from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
 
@@ -115,7 +114,7 @@ def aliyun_converter(vendor_type: Optional[str], ctype: Optional[str]) -> Callab
     return text_converter(ctype)
 
 
-class _TablePlan:
+class _TablePlan(ColumnPlan):
     """What :class:`AliyunJsonParser` derives from one table's ``schema.dataColumn`` and options.
 
     ``types`` (column → canonical type: configured ``column_types`` win over ``schema.dataColumn``),
@@ -143,18 +142,11 @@ class _TablePlan:
         for col, ctype in configured.items():
             self.types.setdefault(col, ctype)
         self.key_override = options.key_override(database, schema, table)
-        self._converters: dict[str, Callable[[Any], Optional[str]]] = {}
+        super().__init__()
 
-    def converter(self, col: str) -> Callable[[Any], Optional[str]]:
+    def make_converter(self, col: str) -> Callable[[Any], Optional[str]]:
         """The converter of column ``col`` (:func:`aliyun_converter`)."""
-        conv = self._converters.get(col)
-        if conv is None:
-            conv = self._converters[col] = aliyun_converter(self.vendor.get(col), self.types.get(col))
-        return conv
-
-    def convert(self, col: str, value: Any) -> Optional[str]:
-        """Canonical text of ``value`` in column ``col`` (``ValueError`` when it does not fit)."""
-        return (self._converters.get(col) or self.converter(col))(value)
+        return aliyun_converter(self.vendor.get(col), self.types.get(col))
 
 
 def _columns_key(schema: Mapping) -> tuple:
@@ -358,8 +350,7 @@ def _fast_parse(parser: AliyunJsonParser, records: list[KafkaRecord]) -> list[Op
         except Exception:  # noqa: BLE001  (the per-record parser reads it)
             continue
         groups.setdefault(key, []).append((i, msg, payload, schema, variant))
-    for key, members in groups.items():
-        _fast_group(parser, records, key, members, out)
+    read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
     return out
 
 
@@ -399,7 +390,7 @@ def _fast_group(parser: AliyunJsonParser, records: list[KafkaRecord], key: tuple
             images.append(_holder_image(payload, "after"))
         slots.append((before_at, after_at))
     texts, refused = convert_images(images, columns, converters)
-    checked: set = set()
+    checked: dict = {}
     for (i, msg, payload, schema, variant), (b, a) in zip(members, slots):
         if any(s is not None and (s in refused or images[s] is None) for s in (b, a)):
             continue
@@ -421,12 +412,10 @@ def _fast_group(parser: AliyunJsonParser, records: list[KafkaRecord], key: tuple
             change = _ROW(database, schema_name, table, op, before, after, list(pk), types_pair, list(position),
                           ts_ms)
             names_key = (tuple(pk), op, tuple(before[0] or ()), a is None)
-            if names_key not in checked:
-                check_names(ChangeRecord(FORMAT, database, schema_name, table, op,
-                                         None if before[0] is None else dict.fromkeys(before[0]),
-                                         None if a is None else dict.fromkeys(names), pk, plan.types))
-                if len(checked) < 4096:
-                    checked.add(names_key)
+            if not names_pass(checked, names_key, lambda: ChangeRecord(
+                    FORMAT, database, schema_name, table, op, None if before[0] is None else dict.fromkeys(before[0]),
+                    None if a is None else dict.fromkeys(names), pk, plan.types)):
+                continue
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
         out[i] = [change]

@@ -52,15 +52,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Optional
 
-from cdclake.formats.base import Event, learnt_dict
-from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads, row_maker
+from cdclake.formats.base import ColumnPlan, Event, learnt_dict
+from cdclake.formats.columnar import NO_MAP, connect_groups, convert_images, envelope_payloads, key_indices, names_pass, read_groups, row_maker
 from cdclake.formats.connect import (ConnectJsonParser, column_converter, connect_text, connect_type,
                                      key_fields, struct_fields)
 from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, optional_element, table_name
 from cdclake.formats.json_values import unwrap_envelope
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image
-from cdclake.names import check_names
 from cdclake.positions import binlog_file_number
 from cdclake.record import ChangeRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
@@ -300,7 +299,7 @@ class ArcionJsonParser(ConnectJsonParser):
         event.tx_id = None if gtid in (None, "") else str(gtid)
 
 
-class _TablePlan:
+class _TablePlan(ColumnPlan):
     """What the fast path derives from one value schema for one table, made once.
 
     ``col_schemas`` (column → Connect field schema of the ``before``/``after`` structs), ``types``
@@ -314,15 +313,12 @@ class _TablePlan:
         self.col_schemas = struct_fields(schema, ("before", "after"))
         self.types = _Typed(self.col_schemas, {}, options.column_types(database, schema_name, table)).types
         self.key_override = options.key_override(database, schema_name, table)
-        self._converters: dict[str, Any] = {}
+        super().__init__()
 
-    def converter(self, col: str) -> Any:
+    def make_converter(self, col: str) -> Any:
         """Column ``col``'s converter (JSON value → canonical text), as :meth:`_Typed.convert` reads
         it: its field schema's, else its type's, else :func:`to_text`."""
-        conv = self._converters.get(col)
-        if conv is None:
-            conv = self._converters[col] = column_converter(self.col_schemas, self.types, col)
-        return conv
+        return column_converter(self.col_schemas, self.types, col)
 
 
 def _fast_key(parser: ArcionJsonParser, raw: Optional[bytes]) -> Any:
@@ -346,27 +342,17 @@ def _fast_key(parser: ArcionJsonParser, raw: Optional[bytes]) -> Any:
     return read
 
 
+def _change_source(i: int, payload: dict) -> Optional[dict]:
+    """The ``source`` block of a change the fast path reads (an object, and ``op`` one of :data:`OPS`)."""
+    op, source = payload.get("op"), payload.get("source")
+    return source if type(source) is dict and type(op) is str and op in OPS else None
+
+
 def _fast_parse(parser: ArcionJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`ArcionJsonParser.fast_parse`: see there."""
     out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, list[tuple]] = {}
-    for i, payload, schema, envelope in envelope_payloads(parser._reader, records, bare=True):
-        if type(payload) is not dict:
-            continue
-        op, source = payload.get("op"), payload.get("source")
-        if type(source) is not dict or type(op) is not str or op not in OPS:
-            continue
-        table, db, schema_name = source.get("table"), source.get("db"), source.get("schema")
-        if (type(table) is not str or not table or (db is not None and type(db) is not str)
-                or (schema_name is not None and type(schema_name) is not str)):
-            continue
-        groups.setdefault((envelope, db, schema_name, table), []).append((i, payload, source, schema))
-    for key, members in groups.items():
-        try:
-            _fast_group(parser, records, key, members, out)
-        except Exception:  # noqa: BLE001  (what is left unread, parse() reads)
-            continue
-    return out
+    groups = connect_groups(envelope_payloads(parser._reader, records, bare=True), _change_source)
+    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
 
 
 def _fast_group(parser: ArcionJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
@@ -427,10 +413,7 @@ def _fast_columns(parser: ArcionJsonParser, records: list[KafkaRecord], key: tup
                                          "before", _DELETE_HINT)
                 before_pair = (list(image), list(image.values()))
             else:
-                pk_key = tuple(pk)
-                at = where.get(pk_key, where)
-                if at is where:
-                    at = where[pk_key] = [names.index(k) for k in pk] if set(pk) <= set(names) else None
+                at = key_indices(where, tuple(pk), names, pk)
                 if at is None or any(after[k] is None for k in at):
                     continue
                 before_pair = NO_MAP if before is None else (names, before)
@@ -442,17 +425,9 @@ def _fast_columns(parser: ArcionJsonParser, records: list[KafkaRecord], key: tup
             continue
         # every name the change carries is among these: the key, the columns, the types' columns
         name_key = (key, tuple(pk), columns)
-        ok = checked.get(name_key)
-        if ok is None:
-            try:
-                check_names(ChangeRecord(FORMAT, db, schema_name, table, op, dict.fromkeys(names),
-                                         dict.fromkeys(names), pk, types))
-                ok = True
-            except Exception:  # noqa: BLE001
-                ok = False
-            if len(checked) < _MAX_KEYS:
-                checked[name_key] = ok
-        if not ok:
+        if not names_pass(checked, name_key, lambda: ChangeRecord(FORMAT, db, schema_name, table, op,
+                                                                  dict.fromkeys(names), dict.fromkeys(names), pk,
+                                                                  types)):
             continue
         out[i] = [_ROW(db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
                        list(pk), types_pair, position, ts, tx_id)]

@@ -31,13 +31,12 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Optional
 
-from cdclake.formats.base import Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images, row_maker
+from cdclake.formats.base import ColumnPlan, Event, FormatParser
+from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, names_pass, read_groups, row_maker
 from cdclake.formats.fields import element, json_object, name_text
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image, text_converter
-from cdclake.names import check_names
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import normalize_type, to_text
 
@@ -107,7 +106,7 @@ def canal_converter(ctype: Optional[str]) -> Callable[[Any], Optional[str]]:
     return text_converter(ctype) if ctype else to_text
 
 
-class _TablePlan:
+class _TablePlan(ColumnPlan):
     """What :class:`CanalJsonParser` derives from one table's ``mysqlType`` and options, made once.
 
     ``types`` (column → canonical type: ``mysqlType``, then the configured ``column_types``),
@@ -120,18 +119,11 @@ class _TablePlan:
         for col, ctype in options.column_types(database, None, table).items():
             self.types.setdefault(col, ctype)
         self.key_override = options.key_override(database, None, table)
-        self._converters: dict[str, Callable[[Any], Optional[str]]] = {}
+        super().__init__()
 
-    def converter(self, col: str) -> Callable[[Any], Optional[str]]:
+    def make_converter(self, col: str) -> Callable[[Any], Optional[str]]:
         """The converter of column ``col`` (:func:`canal_converter` of its type)."""
-        conv = self._converters.get(col)
-        if conv is None:
-            conv = self._converters[col] = canal_converter(self.types.get(col))
-        return conv
-
-    def convert(self, col: str, value: Any) -> Optional[str]:
-        """Canonical text of ``value`` in column ``col`` (``ValueError`` when it does not fit)."""
-        return (self._converters.get(col) or self.converter(col))(value)
+        return canal_converter(self.types.get(col))
 
 
 class CanalJsonParser(FormatParser):
@@ -259,15 +251,8 @@ class CanalJsonParser(FormatParser):
 def _fast_parse(parser: CanalJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`CanalJsonParser.fast_parse`: see there."""
     out: list[Optional[list[tuple]]] = [None] * len(records)
-    decode = JSON.decode
     groups: dict[tuple, list[tuple]] = {}
-    for i, rec in enumerate(records):
-        try:
-            msg = decode(rec.value)
-        except (ValueError, TypeError):
-            continue
-        if type(msg) is not dict:
-            continue
+    for i, msg in json_objects(records):
         kind = msg.get("type")
         if type(kind) is not str or msg.get("isDdl") in (True, "true"):
             continue
@@ -286,9 +271,7 @@ def _fast_parse(parser: CanalJsonParser, records: list[KafkaRecord]) -> list[Opt
         except TypeError:
             continue
         groups.setdefault(key, []).append((i, msg, op, data, old))
-    for key, members in groups.items():
-        _fast_group(parser, records, key, members, out)
-    return out
+    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
 
 
 def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
@@ -323,7 +306,7 @@ def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple,
             rows.append((after_at, before_at))
         slots.append(rows)
     texts, refused = convert_images(images, columns, converters)
-    checked: set = set()  # names already checked (check_names), per primary key and before image
+    checked: dict = {}  # names already checked (check_names), per primary key and before image
     for (i, msg, op, data, old), rows in zip(members, slots):
         if any(a in refused or b == -1 or (b is not None and b in refused) or images[a] is None for a, b in rows):
             continue
@@ -354,11 +337,9 @@ def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple,
                 changes.append(_ROW(database, table, op, before, after, list(pk), types_pair, [es, msg_id, r],
                                     ts_ms, r))
             names_key = (key, tuple(pk), op, tuple(changes[0].before[0] or ()))
-            if names_key not in checked:
-                check_names(ChangeRecord(FORMAT, database, None, table, op, dict.fromkeys(changes[0].before[0] or ()),
-                                         dict.fromkeys(names), pk, types))
-                if len(checked) < 4096:
-                    checked.add(names_key)
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        out[i] = changes
+        if names_pass(checked, names_key, lambda: ChangeRecord(
+                FORMAT, database, None, table, op, dict.fromkeys(changes[0].before[0] or ()), dict.fromkeys(names),
+                pk, types)):
+            out[i] = changes

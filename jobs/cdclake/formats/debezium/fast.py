@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads, row_maker
+from cdclake.formats.columnar import NO_MAP, connect_groups, convert_images, envelope_payloads, key_indices, names_pass, read_groups, row_maker
 from cdclake.formats.connect import (key_fields)
 from cdclake.formats.fields import kafka_key_text, optional_element
 from cdclake.formats.debezium.lindorm import is_lindorm
 from cdclake.formats.options import key_delete_image
-from cdclake.names import check_names
 from cdclake.record import ChangeRecord, KafkaRecord
-from cdclake.formats.debezium.plan import FORMAT, _DELETE_HINT, _FAST_MEMBERS, _FAST_OPS, _KEY_HEADERS, _MAX_KEYS, _TOAST, _TablePlan, _UNSET, _key_value_text, source_position
+from cdclake.formats.debezium.plan import FORMAT, _DELETE_HINT, _FAST_MEMBERS, _FAST_OPS, _KEY_HEADERS, _MAX_KEYS, _TOAST, _TablePlan, _key_value_text, source_position
 
 if TYPE_CHECKING:
     from cdclake.formats.debezium.parser import DebeziumJsonParser
@@ -41,23 +40,19 @@ def fast_changes(parser: DebeziumJsonParser, records: list[KafkaRecord],
     gives ``(index in records, payload, Connect schema, envelope id)`` for the records decoded
     (others give None). Used by the formats that decode Debezium envelopes otherwise (Avro)."""
     out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, list[tuple]] = {}
-    for i, payload, schema, envelope in payloads:
-        if type(payload) is not dict or not payload.keys() <= _FAST_MEMBERS:
-            continue
+
+    def change_source(i: int, payload: dict) -> Optional[dict]:
+        if not payload.keys() <= _FAST_MEMBERS:
+            return None
         if records[i].headers and any(h in _KEY_HEADERS for h, _ in records[i].headers):
-            continue  # a half of a primary key change: the per-record parser pairs them
+            return None  # a half of a primary key change: the per-record parser pairs them
         op, source = payload.get("op"), payload.get("source")
         if type(source) is not dict or op not in _FAST_OPS or is_lindorm(source):
-            continue
-        table, db, schema_name = source.get("table"), source.get("db"), source.get("schema")
-        if (type(table) is not str or not table or (db is not None and type(db) is not str)
-                or (schema_name is not None and type(schema_name) is not str)):
-            continue
-        groups.setdefault((envelope, db, schema_name, table), []).append((i, payload, source, schema))
-    for key, members in groups.items():
-        _fast_group(parser, records, key, members, out)
-    return out
+            return None
+        return source
+
+    groups = connect_groups(payloads, change_source)
+    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
 
 
 def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
@@ -114,9 +109,7 @@ def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tup
                 name_key = (key, tuple(pk), tuple(image))
             else:
                 name_key = (key, tuple(pk))
-                at = where.get(name_key, _UNSET)
-                if at is _UNSET:
-                    at = where[name_key] = [names.index(k) for k in pk] if set(pk) <= set(names) else None
+                at = key_indices(where, name_key, names, pk)
                 if at is None or any(after[k] is None for k in at):
                     continue
                 before_pair = NO_MAP if before is None else (names, before)
@@ -136,17 +129,9 @@ def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tup
             tx_seq = optional_element(FORMAT, transaction.get("total_order"), "transaction.total_order")
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        ok = checked.get(name_key)
-        if ok is None:
-            try:
-                check_names(ChangeRecord(FORMAT, db, schema_name, table, op, dict.fromkeys(before_pair[0] or ()),
-                                         dict.fromkeys(names), pk, types))
-                ok = True
-            except Exception:  # noqa: BLE001
-                ok = False
-            if len(checked) < _MAX_KEYS:
-                checked[name_key] = ok
-        if not ok:
+        if not names_pass(checked, name_key, lambda: ChangeRecord(
+                FORMAT, db, schema_name, table, op, dict.fromkeys(before_pair[0] or ()), dict.fromkeys(names), pk,
+                types)):
             continue
         out[i] = [make_row(db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
                            list(pk), types_pair, position, ts, None if tx_id is None else str(tx_id), tx_seq)]

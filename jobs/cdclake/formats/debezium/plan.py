@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional
 
+from cdclake.formats.base import ColumnPlan
 from cdclake.formats.connect import (TOAST_ARRAYS, TOAST_PLACEHOLDERS, column_converter,
                                      connect_text, connect_type, struct_fields)
 from cdclake.formats.fields import element
@@ -35,10 +36,9 @@ _TOAST = frozenset(TOAST_PLACEHOLDERS)
 _KEY_HEADERS = frozenset((NEW_KEY_HEADER, OLD_KEY_HEADER))
 #: Kafka keys read by the fast path, kept per parser (keys repeat: one per row of the source table).
 _MAX_KEYS = 65536
-_UNSET = object()
 
 
-class _TablePlan:
+class _TablePlan(ColumnPlan):
     """What :class:`DebeziumJsonParser` derives from one envelope schema for one table, made once.
 
     ``col_schemas`` (column → Connect field schema), ``types`` (column → canonical type: the
@@ -54,15 +54,12 @@ class _TablePlan:
         for col, ctype in options.column_types(database, schema_name, table).items():
             self.types.setdefault(col, ctype)
         self.key_override = options.key_override(database, schema_name, table)
-        self._converters: dict[str, Callable[[Any], Any]] = {}
+        super().__init__()
 
-    def converter(self, col: str) -> Callable[[Any], Any]:
+    def make_converter(self, col: str) -> Callable[[Any], Any]:
         """The converter of column ``col`` (JSON value → canonical text), TOAST placeholders not
         handled: the column's Connect schema's, else its canonical type's, else :func:`to_text`."""
-        conv = self._converters.get(col)
-        if conv is None:
-            conv = self._converters[col] = column_converter(self.col_schemas, self.types, col)
-        return conv
+        return column_converter(self.col_schemas, self.types, col)
 
     def convert(self, col: str, value: Any) -> Any:
         """Canonical text of ``value`` in column ``col``, or :data:`ABSENT` for the TOAST

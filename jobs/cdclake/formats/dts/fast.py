@@ -8,7 +8,7 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from cdclake.formats.columnar import NO_MAP, row_maker
+from cdclake.formats.columnar import NO_MAP, read_groups, row_maker
 from cdclake.formats.dts.schema import FORMAT, peek_operation, read_whole
 from cdclake.formats.dts.values import SourceInfo, read_column, value_text
 from cdclake.formats.json_values import read_key
@@ -62,13 +62,7 @@ def _fast_parse(parser: DtsAvroParser, records: list[KafkaRecord]) -> list[Optio
         if members is None:
             members = groups[key] = []
         members.append((i, msg, op, source))
-    for key, members in groups.items():
-        try:
-            _fast_group(parser, records, key, members, out)
-        except Exception:  # noqa: BLE001  (the per-record parser reads the group's records)
-            for m in members:
-                out[m[0]] = None
-    return out
+    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
 
 
 def _rows(images: list, numbers: list, source: SourceInfo, memos: list) -> list:

@@ -106,11 +106,10 @@ from typing import Any, Callable, Mapping, Optional
 import msgspec
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
-from cdclake.formats.columnar import NO_MAP, convert_images, row_maker
+from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, names_pass, read_groups, row_maker
 from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, table_name
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image
-from cdclake.names import check_names
 from cdclake.positions import binlog_file_number
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import to_text
@@ -410,15 +409,8 @@ def row_position(msg: Mapping[str, Any], op: str, kafka_order: bool) -> tuple:
 def _fast_parse(parser: MaxwellJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`MaxwellJsonParser.fast_parse`: see there."""
     out: list[Optional[list[tuple]]] = [None] * len(records)
-    decode = FAST_JSON.decode
     groups: dict[tuple, list[tuple]] = {}
-    for i, rec in enumerate(records):
-        try:
-            msg = decode(rec.value)
-        except (ValueError, TypeError):
-            continue
-        if type(msg) is not dict:
-            continue
+    for i, msg in json_objects(records, FAST_JSON.decode):
         kind = msg.get("type")
         op = ROW_TYPES.get(kind) if type(kind) is str else None
         database, table, data, old = msg.get("database"), msg.get("table"), msg.get("data"), msg.get("old")
@@ -427,13 +419,7 @@ def _fast_parse(parser: MaxwellJsonParser, records: list[KafkaRecord]) -> list[O
                 or (old is not None and (op != "update" or type(old) is not dict or not set(old) <= set(data)))):
             continue
         groups.setdefault((database, table), []).append((i, msg, op, data, old))
-    for names, members in groups.items():
-        try:
-            _fast_group(parser, records, names, members, out)
-        except Exception:  # noqa: BLE001  (the per-record parser reads the group's records)
-            for member in members:
-                out[member[0]] = None
-    return out
+    return read_groups(groups, lambda names, members: _fast_group(parser, records, names, members, out), out)
 
 
 def _fast_group(parser: MaxwellJsonParser, records: list[KafkaRecord], names: tuple, members: list[tuple],
@@ -462,7 +448,7 @@ def _fast_group(parser: MaxwellJsonParser, records: list[KafkaRecord], names: tu
                 refused.add(n)
             else:
                 texts[n] = (names_list, converted[m])
-    checked: set = set()
+    checked: dict = {}
     for j, (i, msg, op, data, old) in enumerate(members):
         a, b = 2 * j, 2 * j + 1
         if a in refused or b in refused:
@@ -488,11 +474,10 @@ def _fast_group(parser: MaxwellJsonParser, records: list[KafkaRecord], names: tu
             if any(image.get(k) is None for k in pk):
                 continue
             names_key = (op, tuple(pk), tuple(after_names), tuple(before[0] or ()))
-            if names_key not in checked:
-                check_names(ChangeRecord(FORMAT, database, None, table, op, dict.fromkeys(before[0] or ()),
-                                         dict.fromkeys(after[0] or ()), pk, types))
-                if len(checked) < 4096:
-                    checked.add(names_key)
+            if not names_pass(checked, names_key, lambda: ChangeRecord(
+                    FORMAT, database, None, table, op, dict.fromkeys(before[0] or ()), dict.fromkeys(after[0] or ()),
+                    pk, types)):
+                continue
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
         out[i] = [_ROW(database, table, op, before, after, list(pk), types_pair, list(position), ts_ms, tx_id, tx_seq,

@@ -61,7 +61,7 @@ import re
 from decimal import Decimal
 from typing import Any, Callable, Optional
 
-from cdclake.formats.base import Event, FormatParser
+from cdclake.formats.base import ColumnPlan, Event, FormatParser
 from cdclake.formats.columnar import JSON, change_row
 from cdclake.formats.fields import element, split_quoted
 from cdclake.formats.json_values import load_json, read_key
@@ -137,7 +137,7 @@ def ogg_converter(ctype: Optional[str]) -> Callable[[Any], Optional[str]]:
     return conv
 
 
-class _TablePlan:
+class _TablePlan(ColumnPlan):
     """The configured ``column_types`` of one table and a converter per column, made once.
 
     ``types`` (column → canonical type), ``key_override`` (the configured key or None) and
@@ -147,18 +147,11 @@ class _TablePlan:
     def __init__(self, options: SourceOptions, catalog: Optional[str], schema: Optional[str], table: str):
         self.types = options.column_types(catalog, schema, table)
         self.key_override = options.key_override(catalog, schema, table)
-        self._converters: dict[str, Callable[[Any], Optional[str]]] = {}
+        super().__init__()
 
-    def converter(self, col: str) -> Callable[[Any], Optional[str]]:
+    def make_converter(self, col: str) -> Callable[[Any], Optional[str]]:
         """The converter of column ``col`` (:func:`ogg_converter` of its configured type)."""
-        conv = self._converters.get(col)
-        if conv is None:
-            conv = self._converters[col] = ogg_converter(self.types.get(col))
-        return conv
-
-    def convert(self, col: str, value: Any) -> Optional[str]:
-        """Canonical text of ``value`` in column ``col``."""
-        return (self._converters.get(col) or self.converter(col))(value)
+        return ogg_converter(self.types.get(col))
 
 
 def _present(image: Any) -> Any:

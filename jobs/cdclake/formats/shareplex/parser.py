@@ -60,7 +60,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser, learnt_dict
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images, row_maker
+from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, read_groups, row_maker
 from cdclake.formats.fields import commit_time_ms, element, json_object, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import key_delete_image, resolve_primary_key
@@ -273,16 +273,9 @@ class ShareplexJsonParser(FormatParser):
 def _fast_parse(parser: ShareplexJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
     """:meth:`ShareplexJsonParser.fast_parse`: see there."""
     out: list[Optional[list[tuple]]] = [None] * len(records)
-    decode = JSON.decode
     targets = parser._fast_targets
     groups: dict[tuple, list[tuple]] = {}
-    for i, rec in enumerate(records):
-        try:
-            msg = decode(rec.value)
-        except (ValueError, TypeError):
-            continue
-        if type(msg) is not dict:
-            continue
+    for i, msg in json_objects(records):
         meta, data, key = msg.get("meta"), msg.get("data"), msg.get("key")
         if type(meta) is not dict or type(data) is not dict or (key is not None and type(key) is not dict):
             continue
@@ -296,13 +289,7 @@ def _fast_parse(parser: ShareplexJsonParser, records: list[KafkaRecord]) -> list
         if target is None:
             continue
         groups.setdefault(target[1], []).append((i, meta, target[0], data, key))
-    for names, members in groups.items():
-        try:
-            _fast_group(parser, records, names, members, out)
-        except Exception:  # noqa: BLE001  (the per-record parser reads the group's records)
-            for member in members:
-                out[member[0]] = None
-    return out
+    return read_groups(groups, lambda names, members: _fast_group(parser, records, names, members, out), out)
 
 
 def _keep(cache: dict, key: Any, value: Any) -> None:
