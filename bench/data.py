@@ -241,7 +241,7 @@ def _arrow_type(ctype: str):
         return pa.decimal128(*ps)
     return {"bigint": pa.int64(), "int": pa.int32(), "smallint": pa.int16(), "double": pa.float64(),
             "float": pa.float32(), "boolean": pa.bool_(), "binary": pa.binary(), "date": pa.date32(),
-            "timestamp": pa.timestamp("us", tz="UTC")}.get(ctype, pa.string())
+            "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us")}.get(ctype, pa.string())
 
 
 def _write_changes(src, history, out: Path) -> dict:

@@ -106,7 +106,7 @@ FORMATS = ("debezium-json", "canal-json")
 # column types (canonical names of cdclake.types or Flink SQL names)
 
 _DECIMAL_RE = re.compile(r"^(?:decimal|numeric|dec)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
-_TIMESTAMP_RE = re.compile(r"^timestamp(?:_ltz)?\s*(?:\(\s*(\d)\s*\))?(?:\s+with(?:out)?\s+(?:local\s+)?time\s+zone)?$")
+_TIMESTAMP_RE = re.compile(r"^timestamp(?:_ltz|_ntz)?\s*(?:\(\s*(\d)\s*\))?(?:\s+with(?:out)?\s+(?:local\s+)?time\s+zone)?$")
 _SIMPLE = {
     "boolean": "BOOLEAN", "bool": "BOOLEAN",
     "tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INT", "integer": "INT", "bigint": "BIGINT",

@@ -50,6 +50,8 @@ def arrow_type(t: str):
     m = _DECIMAL_RE.match(s)
     if m:
         return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    if s.startswith("timestamp_ntz"):
+        return pa.timestamp("us")  # silver: timestamp without a zone, microseconds
     if s.startswith("timestamp"):
         return pa.timestamp("us", tz="UTC")  # silver: timestamp with zone, microseconds
     base = re.sub(r"\s*\(.*$", "", s)
