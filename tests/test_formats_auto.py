@@ -50,6 +50,10 @@ def options(fmt: str) -> dict:
     return SourceConfig(topic="t", format=fmt, **wire.options).parser_options()
 
 
+def test_the_simulator_renders_every_format_once():
+    assert sorted(w.spec.name for w in WIRE_FORMATS) == sorted(f.name for f in all_formats())
+
+
 def test_every_format_has_one_rule():
     assert sorted(rules()) == sorted(f for f in FORMATS if f != "auto")
     assert all(callable(f.detect) and f.marks for f in all_formats())

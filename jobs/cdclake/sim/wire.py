@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from cdclake.formats.base import Format
+from cdclake.formats.registry import by_name
 from cdclake.sim.model import TABLES
 from cdclake.sim.render_aliyun import aliyun_json
 from cdclake.sim.render import Message, canal_json, debezium_json
@@ -36,6 +38,12 @@ class WireFormat:
     render: Callable[..., list[Message]]
     partitions: int = 1
     options: dict = field(default_factory=dict)
+
+    @property
+    def spec(self) -> Format:
+        """The format as the pipeline declares it (:mod:`cdclake.formats.registry`); ``KeyError``
+        for a name the closed list does not hold."""
+        return by_name()[self.format]
 
     def messages(self, history: Sequence, tables: dict) -> list[Message]:
         """The history rendered in this format, spread over :attr:`partitions`."""
