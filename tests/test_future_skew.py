@@ -217,13 +217,13 @@ def test_run_metrics_table_without_the_column_gets_it(spark, unique):
     that is a plain dict, without counts: null)."""
     from cdclake.catalog import qualified
     from cdclake.land import LandResult
-    from cdclake.lake import RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ensure_run_metrics_table
+    from cdclake.lake import RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ddl, ensure_run_metrics_table
     from cdclake.metrics import METRIC_COLUMNS, metric_rows, record_run
 
     topic = f"skew.metrics.{unique}"
     cfg = _cfg(unique, topic)
     window = _last_hour(topic)
-    assert METRIC_COLUMNS[-1] == "future_stamped" and RUN_METRICS_SCHEMA.endswith("future_stamped bigint")
+    assert METRIC_COLUMNS[-1] == "future_stamped" and ddl(RUN_METRICS_SCHEMA).endswith("future_stamped bigint")
     now = dt.datetime.now(UTC)
     (norm,) = metric_rows(cfg, "normalize", window, {topic: {"raw": 1, "changes": 1, "quarantined": 0, "control": 0}},
                           now, 1.0)

@@ -23,6 +23,8 @@ table                          rows                                             
 Raw, manifest, bronze, quarantine and control tables are partitioned by (kafka_topic,
 hours(landed_hour)), so that a window is replaced by an overwrite whose filter
 (:func:`window_filter`) matches whole files; the registry by source_format. All are Iceberg format 2.
+Schemas are Spark StructTypes, every column nullable (as Spark reads a DDL column list);
+:func:`ddl` gives a schema's SQL column list, :func:`arrow_schema` its Arrow schema.
 
 Silver tables live in ``<catalog>.<silver.namespace>`` and are named
 ``<table_prefix><database>__<schema>__<table>`` (missing parts left out). A name longer than
@@ -44,6 +46,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DataType, DecimalType, DoubleType, IntegerType,
+                               LongType, MapType, StringType, StructField, StructType, TimestampType)
+
 from cdclake import types as T
 from cdclake.catalog import ensure_namespace, qualified
 from cdclake.config import PipelineConfig
@@ -62,31 +67,26 @@ REGISTRY_TABLE = "bronze.schema_registry"
 RUN_METRICS_TABLE = "bronze.run_metrics"
 
 
-def ddl(columns: list[tuple[str, str]]) -> str:
-    """The DDL column list (``"name type, ..."``) of ``[(name, Spark type)]``."""
-    return ", ".join(f"{n} {t}" for n, t in columns)
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def ddl_columns(schema: str) -> list[tuple[str, str]]:
-    """``[(name, type)]`` of a DDL column list such as :data:`BRONZE_SCHEMA` (commas inside ``<>``
-    and ``()`` belong to the type)."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(schema + ","):
-        depth += ch in "<("
-        depth -= ch in ">)"
-        if ch == "," and depth == 0:
-            name, ctype = schema[start:i].strip().split(" ", 1)
-            out.append((name, ctype.strip()))
-            start = i + 1
-    return out
+def column_ddl(f: StructField) -> str:
+    """The DDL of one column, ``"name type"`` (e.g. ``"headers array<struct<name:string,value:binary>>"``)."""
+    if not _PLAIN_NAME.fullmatch(f.name):
+        raise ValueError(f"column {f.name!r}: lake tables have plain column names")
+    return f"{f.name} {f.dataType.simpleString()}"
 
 
-def arrow_schema(schema: str):
-    """The Arrow schema of the DDL column list ``schema`` (made on the driver: it needs the JVM)."""
+def ddl(schema: StructType | list[StructField]) -> str:
+    """The DDL column list (``"name type, ..."``) of ``schema``, as CREATE TABLE takes it."""
+    return ", ".join(column_ddl(f) for f in schema)
+
+
+def arrow_schema(schema: StructType):
+    """The Arrow schema Spark gives ``schema`` (``to_arrow_schema``; no JVM needed)."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
 
-    return to_arrow_schema(_parse_datatype_string(schema))
+    return to_arrow_schema(schema)
 
 
 def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hour"):
@@ -112,10 +112,18 @@ def overwrite_hours(df: "DataFrame", cfg: PipelineConfig, table: str, window: Wi
     df.writeTo(qualified(cfg, table)).options(**HOUR_WRITE_OPTIONS).overwrite(window_filter(window, topics))
 
 
-def _create(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: str, partitioning: str,
+def _create(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: StructType, partitioning: str,
             properties: str = "") -> None:
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, table)} ({schema}) USING iceberg "
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, table)} ({ddl(schema)}) USING iceberg "
               f"PARTITIONED BY ({partitioning}) TBLPROPERTIES ('format-version'='2'{properties})")
+
+
+def _add_columns(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: StructType) -> None:
+    """Add the columns of ``schema`` that ``table`` lacks (a table made by an earlier version), at the end."""
+    have = set(spark.table(qualified(cfg, table)).columns)
+    for f in schema.fields:
+        if f.name not in have:
+            spark.sql(f"ALTER TABLE {qualified(cfg, table)} ADD COLUMN {column_ddl(f)}")
 
 
 _BY_TOPIC_HOUR = "kafka_topic, hours(landed_hour)"
@@ -125,12 +133,20 @@ _BY_TOPIC_HOUR = "kafka_topic, hours(landed_hour)"
 #: ``raw.kafka_records``: one row per Kafka record. ``kafka_timestamp_ms``: the record timestamp
 #: (ms); ``value`` null for a Kafka tombstone (kept); ``landed_hour``: UTC hour of the run that
 #: took the record (see :mod:`cdclake.kafka_ranges`).
-RAW_SCHEMA = ("kafka_topic string, kafka_partition int, kafka_offset bigint, kafka_timestamp_ms bigint, "
-              "key binary, value binary, headers array<struct<name:string,value:binary>>, landed_hour timestamp")
+RAW_SCHEMA = StructType([
+    StructField("kafka_topic", StringType()), StructField("kafka_partition", IntegerType()),
+    StructField("kafka_offset", LongType()), StructField("kafka_timestamp_ms", LongType()),
+    StructField("key", BinaryType()), StructField("value", BinaryType()),
+    StructField("headers", ArrayType(StructType([StructField("name", StringType()), StructField("value", BinaryType())]))),
+    StructField("landed_hour", TimestampType()),
+])
 #: ``raw.land_manifest``, the offset ledger: one row per topic partition and landed hour, empty
 #: hours included; ``end_offset`` exclusive, ``records`` landed, ``landed_at`` when.
-MANIFEST_SCHEMA = ("kafka_topic string, kafka_partition int, landed_hour timestamp, start_offset bigint, "
-                   "end_offset bigint, records bigint, landed_at timestamp")
+MANIFEST_SCHEMA = StructType([
+    StructField("kafka_topic", StringType()), StructField("kafka_partition", IntegerType()),
+    StructField("landed_hour", TimestampType()), StructField("start_offset", LongType()),
+    StructField("end_offset", LongType()), StructField("records", LongType()), StructField("landed_at", TimestampType()),
+])
 
 #: Parquet row groups of the raw table, in compressed bytes (Iceberg's default is 128 MB). CDC
 #: values compress 20 to 50 times (the Connect schema repeats in every Debezium message), so an
@@ -170,24 +186,25 @@ def _keep_row_groups(spark: "SparkSession", cfg: PipelineConfig, table: str, siz
 # --- bronze: change records, quarantine, control events, schema registry ----------------------
 
 #: The Kafka coordinates and landed hour every bronze, quarantine and control row carries.
-KAFKA_COLUMNS = [("kafka_topic", "string"), ("kafka_partition", "int"), ("kafka_offset", "bigint"),
-                 ("kafka_timestamp_ms", "bigint"), ("landed_hour", "timestamp")]
-KAFKA_COLS = ddl(KAFKA_COLUMNS)
+KAFKA_COLUMNS = [StructField("kafka_topic", StringType()), StructField("kafka_partition", IntegerType()),
+                 StructField("kafka_offset", LongType()), StructField("kafka_timestamp_ms", LongType()),
+                 StructField("landed_hour", TimestampType())]
 
 #: The Spark type of a :class:`ChangeRecord` field, by its annotation. A required integer is an
 #: index inside a Kafka record (int: ``row_in_record``), an optional one a time, sequence or count
 #: (bigint); a source position (a tuple of non-negative integers) is ``array<decimal(38,0)>``.
-_SPARK_TYPES = {
-    "str": "string", "Optional[str]": "string", "int": "int", "Optional[int]": "bigint",
-    "Optional[bool]": "boolean", "list[str]": "array<string>", "tuple[int, ...]": "array<decimal(38,0)>",
-    "dict[str, str]": "map<string,string>", "Optional[dict[str, Optional[str]]]": "map<string,string>",
+_SPARK_TYPES: dict[str, DataType] = {
+    "str": StringType(), "Optional[str]": StringType(), "int": IntegerType(), "Optional[int]": LongType(),
+    "Optional[bool]": BooleanType(), "list[str]": ArrayType(StringType()),
+    "tuple[int, ...]": ArrayType(DecimalType(38, 0)), "dict[str, str]": MapType(StringType(), StringType()),
+    "Optional[dict[str, Optional[str]]]": MapType(StringType(), StringType()),
 }
 #: The last field of the first version of bronze: the Kafka columns come after it, and fields
 #: added since after them (an existing table gets them appended: :func:`ensure_bronze_tables`).
 _FIRST_VERSION_LAST_FIELD = "row_in_record"
 
 
-def _change_fields() -> list[tuple[str, str, bool]]:
+def _change_fields() -> list[tuple[str, DataType, bool]]:
     """``[(field, Spark type, optional)]`` of :class:`ChangeRecord`, in declaration order."""
     out = []
     for f in dataclasses.fields(ChangeRecord):
@@ -203,20 +220,20 @@ _SPLIT = [n for n, _, _ in _FIELDS].index(_FIRST_VERSION_LAST_FIELD) + 1
 #: ``bronze.changes``: the :class:`ChangeRecord` fields up to ``row_in_record``, the Kafka
 #: columns, then the fields added since (``tx_last``, ``tx_size``). Derived from the dataclass:
 #: a new field of ChangeRecord is a new bronze column.
-BRONZE_COLUMNS = [(n, t) for n, t, _ in _FIELDS[:_SPLIT]] + KAFKA_COLUMNS + [(n, t) for n, t, _ in _FIELDS[_SPLIT:]]
-BRONZE_SCHEMA = ddl(BRONZE_COLUMNS)
+BRONZE_SCHEMA = StructType([StructField(n, t) for n, t, _ in _FIELDS[:_SPLIT]] + KAFKA_COLUMNS
+                           + [StructField(n, t) for n, t, _ in _FIELDS[_SPLIT:]])
 #: The Python types each ChangeRecord field may hold to be written to its bronze column.
-CHANGE_PYTHON_TYPES = {n: ((dict,) if t.startswith("map<") else (list, tuple) if t.startswith("array<")
-                           else (bool,) if t == "boolean" else (str,) if t == "string" else (int,))
+CHANGE_PYTHON_TYPES = {n: ((dict,) if isinstance(t, MapType) else (list, tuple) if isinstance(t, ArrayType)
+                           else (bool,) if isinstance(t, BooleanType) else (str,) if isinstance(t, StringType)
+                           else (int,))
                        + ((type(None),) if optional else ()) for n, t, optional in _FIELDS}
 #: Each map column of bronze, as it leaves the Python workers: key and value arrays (PySpark's
 #: dict conversion does not keep key order, and silver creates columns in the message's order).
-STAGED_MAPS = {n: (f"{n}_k", f"{n}_v") for n, t in BRONZE_COLUMNS if t.startswith("map<")}
+STAGED_MAPS = {f.name: (f"{f.name}_k", f"{f.name}_v") for f in BRONZE_SCHEMA.fields if isinstance(f.dataType, MapType)}
 #: How change rows leave the Python workers (:func:`bronze_row`): bronze, maps as key and value arrays.
-STAGED_COLUMNS = [c for n, t in BRONZE_COLUMNS
-                  for c in ([(STAGED_MAPS[n][0], "array<string>"), (STAGED_MAPS[n][1], "array<string>")]
-                            if n in STAGED_MAPS else [(n, t)])]
-STAGED_SCHEMA = ddl(STAGED_COLUMNS)
+STAGED_SCHEMA = StructType([c for f in BRONZE_SCHEMA.fields
+                            for c in ([StructField(k, ArrayType(StringType())) for k in STAGED_MAPS[f.name]]
+                                      if f.name in STAGED_MAPS else [f])])
 #: The bronze column of each staged column (a map's key and value arrays: the map).
 STAGED_TO_BRONZE = {s: n for n, pair in STAGED_MAPS.items() for s in pair}
 
@@ -229,9 +246,10 @@ def _optional_list(v) -> Optional[list]:
     return None if v is None else list(v)
 
 
-def _row_builder(name: str, arg: str, field: Callable[[int, str, str, bool], str]) -> Callable[[Any, tuple], tuple]:
+def _row_builder(name: str, arg: str,
+                 field: Callable[[int, str, DataType, bool], str]) -> Callable[[Any, tuple], tuple]:
     """A function ``name(arg, kcols)`` returning the staged bronze row (:data:`STAGED_SCHEMA`) as one
-    tuple expression written out from :data:`BRONZE_COLUMNS` (it runs once per change row in
+    tuple expression written out from :data:`BRONZE_SCHEMA` (it runs once per change row in
     normalize's Python workers, where a loop over the columns costs twice as much): ``field(i,
     name, type, optional)`` gives the expression of ChangeRecord field ``i``, and ``*kcols`` goes
     where the Kafka columns go. For :func:`bronze_row` and today's fields the source it compiles is::
@@ -261,9 +279,10 @@ def _row_builder(name: str, arg: str, field: Callable[[int, str, str, bool], str
 
 
 bronze_row = _row_builder("bronze_row", "c", lambda i, n, t, optional: (
-    f"*_pairs(c.{n})" if t.startswith("map<") else
-    (f"_optional_list(c.{n})" if optional else f"list(c.{n})") if t.startswith("array<") else f"c.{n}"))
-staged_row = _row_builder("staged_row", "t", lambda i, n, t, optional: f"*t[{i}]" if t.startswith("map<") else f"t[{i}]")
+    f"*_pairs(c.{n})" if isinstance(t, MapType) else
+    (f"_optional_list(c.{n})" if optional else f"list(c.{n})") if isinstance(t, ArrayType) else f"c.{n}"))
+staged_row = _row_builder("staged_row", "t",
+                          lambda i, n, t, optional: f"*t[{i}]" if isinstance(t, MapType) else f"t[{i}]")
 staged_row.__doc__ = """The staged bronze row tuple (:data:`STAGED_SCHEMA`) of a change row of a columnar fast path
 (:mod:`cdclake.formats.columnar`: the ChangeRecord fields in order, maps as (keys, values) pairs,
 arrays as lists) and ``kcols`` (the values of :data:`KAFKA_COLUMNS`). ``staged_row`` of a fast
@@ -284,19 +303,30 @@ def bronze_frame(staged: "DataFrame") -> "DataFrame":
         k, v = STAGED_MAPS[n]
         return F.when(F.col(k).isNotNull(), F.map_from_arrays(k, v)).alias(n)
 
-    return staged.select(*[column(n) for n, _ in BRONZE_COLUMNS])
+    return staged.select(*[column(n) for n in BRONZE_SCHEMA.names])
 
 
 #: ``bronze.quarantine``: records no parser could read, with the reason (names format and field).
-QUARANTINE_SCHEMA = KAFKA_COLS + ", source_format string, reason string, key binary, value binary, quarantined_at timestamp"
+QUARANTINE_SCHEMA = StructType(KAFKA_COLUMNS + [
+    StructField("source_format", StringType()), StructField("reason", StringType()), StructField("key", BinaryType()),
+    StructField("value", BinaryType()), StructField("quarantined_at", TimestampType()),
+])
 #: ``bronze.control_events``: records that are not row changes; ``kind`` one of
 #: :data:`cdclake.record.CONTROL_KINDS`; ``tx_end`` whether a transaction marker ends its transaction.
-CONTROL_SCHEMA = (KAFKA_COLS + ", source_format string, kind string, source_database string, source_schema string, "
-                  "source_table string, detail string, tx_id string, tx_end boolean")
+CONTROL_SCHEMA = StructType(KAFKA_COLUMNS + [
+    StructField("source_format", StringType()), StructField("kind", StringType()),
+    StructField("source_database", StringType()), StructField("source_schema", StringType()),
+    StructField("source_table", StringType()), StructField("detail", StringType()), StructField("tx_id", StringType()),
+    StructField("tx_end", BooleanType()),
+])
 #: ``bronze.schema_registry``: table definitions of metadata messages, keyed by (source_format, schema_id).
-REGISTRY_SCHEMA = ("source_format string, schema_id string, table_version int, source_schema string, "
-                   "source_table string, definition string, kafka_topic string, kafka_partition int, "
-                   "kafka_offset bigint, landed_hour timestamp")
+REGISTRY_SCHEMA = StructType([
+    StructField("source_format", StringType()), StructField("schema_id", StringType()),
+    StructField("table_version", IntegerType()), StructField("source_schema", StringType()),
+    StructField("source_table", StringType()), StructField("definition", StringType()),
+    StructField("kafka_topic", StringType()), StructField("kafka_partition", IntegerType()),
+    StructField("kafka_offset", LongType()), StructField("landed_hour", TimestampType()),
+])
 #: The tables every raw record of a window ends up in (one of them), with their schemas.
 BRONZE_TABLES = ((BRONZE_TABLE, BRONZE_SCHEMA), (QUARANTINE_TABLE, QUARANTINE_SCHEMA), (CONTROL_TABLE, CONTROL_SCHEMA))
 
@@ -320,10 +350,7 @@ def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
     for name, schema in BRONZE_TABLES:
         _create(spark, cfg, name, schema, _BY_TOPIC_HOUR,
                 f", {_row_groups(BRONZE_ROW_GROUP_BYTES)}" if name == BRONZE_TABLE else "")
-        have = set(spark.table(qualified(cfg, name)).columns)
-        for col_name, col_type in ddl_columns(schema):
-            if col_name not in have:
-                spark.sql(f"ALTER TABLE {qualified(cfg, name)} ADD COLUMN {col_name} {col_type}")
+        _add_columns(spark, cfg, name, schema)
     _keep_row_groups(spark, cfg, BRONZE_TABLE, BRONZE_ROW_GROUP_BYTES)
     _create(spark, cfg, REGISTRY_TABLE, REGISTRY_SCHEMA, "source_format")
 
@@ -343,11 +370,16 @@ def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
 #: ``future_stamped`` (land): records landed that were stamped more than ``land.max_future_skew_s``
 #: after they were read. Columns that do not apply to a stage are null; columns added since a
 #: table was created are added at the end (:func:`ensure_run_metrics_table`).
-RUN_METRICS_SCHEMA = ("run_at timestamp, pipeline string, stage string, kafka_topic string, window_start timestamp, "
-                      "window_end timestamp, records_landed bigint, records_parsed bigint, change_rows bigint, "
-                      "quarantined bigint, control bigint, silver_table string, changes_merged bigint, "
-                      "keys_upserted bigint, keys_deleted bigint, newest_source_ts timestamp, lag_s double, "
-                      "duration_s double, future_stamped bigint")
+RUN_METRICS_SCHEMA = StructType([
+    StructField("run_at", TimestampType()), StructField("pipeline", StringType()), StructField("stage", StringType()),
+    StructField("kafka_topic", StringType()), StructField("window_start", TimestampType()),
+    StructField("window_end", TimestampType()), StructField("records_landed", LongType()),
+    StructField("records_parsed", LongType()), StructField("change_rows", LongType()),
+    StructField("quarantined", LongType()), StructField("control", LongType()), StructField("silver_table", StringType()),
+    StructField("changes_merged", LongType()), StructField("keys_upserted", LongType()),
+    StructField("keys_deleted", LongType()), StructField("newest_source_ts", TimestampType()),
+    StructField("lag_s", DoubleType()), StructField("duration_s", DoubleType()), StructField("future_stamped", LongType()),
+])
 
 
 def ensure_run_metrics_table(spark: "SparkSession", cfg: PipelineConfig) -> None:
@@ -358,10 +390,7 @@ def ensure_run_metrics_table(spark: "SparkSession", cfg: PipelineConfig) -> None
     """
     ensure_namespace(spark, cfg, "bronze")
     _create(spark, cfg, RUN_METRICS_TABLE, RUN_METRICS_SCHEMA, "days(run_at)")
-    have = set(spark.table(qualified(cfg, RUN_METRICS_TABLE)).columns)
-    for col_name, col_type in ddl_columns(RUN_METRICS_SCHEMA):
-        if col_name not in have:
-            spark.sql(f"ALTER TABLE {qualified(cfg, RUN_METRICS_TABLE)} ADD COLUMN {col_name} {col_type}")
+    _add_columns(spark, cfg, RUN_METRICS_TABLE, RUN_METRICS_SCHEMA)
 
 
 # --- silver, tombstone and history tables: naming -----------------------------------------------
@@ -518,8 +547,11 @@ LAST_CHANGE_COLUMNS = ("_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offs
 SOFT_DELETE_COLUMN = "_cdc_deleted"
 #: Tombstone tables: one row per deleted key (hard-delete mode) and one with an empty key for the
 #: latest truncate.
-TOMBSTONE_SCHEMA = ("key array<string>, _cdc_position array<decimal(38,0)>, _cdc_kafka_partition int, "
-                    "_cdc_kafka_offset bigint, _cdc_source_ts_ms bigint")
+TOMBSTONE_SCHEMA = StructType([
+    StructField("key", ArrayType(StringType())), StructField("_cdc_position", ArrayType(DecimalType(38, 0))),
+    StructField("_cdc_kafka_partition", IntegerType()), StructField("_cdc_kafka_offset", LongType()),
+    StructField("_cdc_source_ts_ms", LongType()),
+])
 #: Metadata columns of every history row (see :mod:`cdclake.silver.history`).
 HISTORY_META = {
     "_cdc_op": "string",
@@ -539,7 +571,7 @@ def ensure_tombstone_table(spark: "SparkSession", cfg: PipelineConfig, st: Sourc
     ensure_namespace(spark, cfg, tombstone_namespace(cfg))
     name = tombstone_table(cfg, st)
     location = table_location(cfg, tombstone_namespace(cfg), st.silver_name)
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({TOMBSTONE_SCHEMA}) USING iceberg "
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({ddl(TOMBSTONE_SCHEMA)}) USING iceberg "
               f"LOCATION {T.sql_string(location)} "
               "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
               "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")
