@@ -45,7 +45,7 @@ from cdclake.lake.naming import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, NAME_HASH
                                  resolve_legacy_name, short_name, silver_table, table_location, tombstone_namespace,
                                  tombstone_table)
 from cdclake.lake.schemas import (BRONZE_TABLE, CONTROL_SCHEMA, CONTROL_TABLE, HISTORY_META, KAFKA_COLUMNS,
-                                  LAST_CHANGE_COLUMNS, MANIFEST_SCHEMA, MANIFEST_TABLE, META_COLUMNS, ORDER_FIELDS,
+                                  LAST_CHANGE_COLUMNS, MANIFEST_SCHEMA, MANIFEST_TABLE, META_COLUMNS, ORDER_STRUCT,
                                   ORDER_TYPE, QUARANTINE_SCHEMA, QUARANTINE_TABLE, RAW_SCHEMA, RAW_TABLE,
                                   REGISTRY_SCHEMA, REGISTRY_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE,
                                   SOFT_DELETE_COLUMN, TOMBSTONE_SCHEMA, arrow_schema, column_ddl, ddl)
@@ -57,7 +57,7 @@ from cdclake.lake.tables import (BRONZE_ROW_GROUP_BYTES, BRONZE_TABLES, BRONZE_W
 __all__ = [
     # schemas
     "BRONZE_TABLE", "CONTROL_SCHEMA", "CONTROL_TABLE", "HISTORY_META", "KAFKA_COLUMNS", "LAST_CHANGE_COLUMNS",
-    "MANIFEST_SCHEMA", "MANIFEST_TABLE", "META_COLUMNS", "ORDER_FIELDS", "ORDER_TYPE", "QUARANTINE_SCHEMA",
+    "MANIFEST_SCHEMA", "MANIFEST_TABLE", "META_COLUMNS", "ORDER_STRUCT", "ORDER_TYPE", "QUARANTINE_SCHEMA",
     "QUARANTINE_TABLE", "RAW_SCHEMA", "RAW_TABLE", "REGISTRY_SCHEMA", "REGISTRY_TABLE", "RUN_METRICS_SCHEMA",
     "RUN_METRICS_TABLE", "SOFT_DELETE_COLUMN", "TOMBSTONE_SCHEMA", "arrow_schema", "column_ddl", "ddl",
     # changes

@@ -130,8 +130,10 @@ RUN_METRICS_SCHEMA = StructType([
 
 #: The fields of the order of a change as silver stores it: source position, Kafka partition and
 #: offset (:mod:`cdclake.silver.order`).
-ORDER_FIELDS = [("p", "array<decimal(38,0)>"), ("kp", "int"), ("ko", "bigint")]
-ORDER_TYPE = "struct<" + ",".join(f"{n}:{t}" for n, t in ORDER_FIELDS) + ">"
+ORDER_STRUCT = StructType([StructField("p", ArrayType(DecimalType(38, 0))), StructField("kp", IntegerType()),
+                           StructField("ko", LongType())])
+#: :data:`ORDER_STRUCT` as a Spark SQL type: ``struct<p:array<decimal(38,0)>,kp:int,ko:bigint>``.
+ORDER_TYPE = ORDER_STRUCT.simpleString()
 #: Metadata columns of every silver row (see :mod:`cdclake.silver`): the order, operation and
 #: source time (ms) of the key's latest change, the order of its latest reset, and the order of
 #: every column whose value came from an older change than the latest.
