@@ -183,18 +183,11 @@ def profile_format(tag: str, cache: Path, top: int, schemas: Optional[tuple] = N
 
 
 def arrow_schemas() -> tuple:
-    """The Arrow schemas of the raw table and of the worker's output, made by a local Spark
-    session's parser of DDL (as normalize makes them on its driver), which then stops."""
-    from pyspark.sql import SparkSession
-
+    """The Arrow schemas of the raw table and of the worker's output, as normalize makes them on its driver."""
     from cdclake.lake import RAW_SCHEMA, arrow_schema
     from cdclake.normalize import tagged_arrow_schema
 
-    spark = SparkSession.builder.master("local[1]").appName("parse-profile-schemas").getOrCreate()
-    try:
-        return arrow_schema(RAW_SCHEMA), tagged_arrow_schema()
-    finally:
-        spark.stop()
+    return arrow_schema(RAW_SCHEMA), tagged_arrow_schema()
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -18,58 +18,22 @@ import base64
 import copy
 import datetime as dt
 import json
-import re
 from collections import defaultdict
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DecimalType, IntegerType, LongType, MapType,
-                               StringType, StructField, StructType, TimestampType)
+from pyspark.sql.types import StructType
 
 from cdclake.formats import get_parser
-from cdclake.lake import RAW_SCHEMA, ddl_columns
+from cdclake.lake import RAW_SCHEMA
 from cdclake.normalize import parse_batches
 from cdclake.normalize.rows import TAGGED_SCHEMA
 
 # --- Arrow batches without the JVM ----------------------------------------------------------------
 
-_SIMPLE = {"string": StringType(), "int": IntegerType(), "bigint": LongType(), "boolean": BooleanType(),
-           "binary": BinaryType(), "timestamp": TimestampType()}
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += ch in "<("
-        depth -= ch in ">)"
-        if ch == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return parts + [text[start:]]
-
-
-def spark_type(text: str):
-    """The Spark type of a DDL type as Spark's parser reads it (every level nullable)."""
-    text = text.strip()
-    if text in _SIMPLE:
-        return _SIMPLE[text]
-    m = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", text)
-    if m:
-        return DecimalType(int(m.group(1)), int(m.group(2)))
-    if text.startswith("array<"):
-        return ArrayType(spark_type(text[6:-1]), True)
-    if text.startswith("map<"):
-        k, v = _split_top(text[4:-1], ",")
-        return MapType(spark_type(k), spark_type(v), True)
-    if text.startswith("struct<"):
-        fields = [f.split(":", 1) for f in _split_top(text[7:-1], ",")]
-        return StructType([StructField(n.strip(), spark_type(t), True) for n, t in fields])
-    raise ValueError(f"type {text!r} is not handled")
-
-
-def arrow_schema(ddl: str) -> pa.Schema:
-    """The Arrow schema Spark gives the DDL column list ``ddl`` (``to_arrow_schema`` of its parse)."""
-    return to_arrow_schema(StructType([StructField(n, spark_type(t), True) for n, t in ddl_columns(ddl)]))
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark gives the typed schema ``schema`` (``to_arrow_schema``)."""
+    return to_arrow_schema(schema)
 
 
 TAGGED = arrow_schema(TAGGED_SCHEMA)

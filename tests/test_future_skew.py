@@ -217,14 +217,14 @@ def test_run_metrics_table_without_the_column_gets_it(spark, unique):
     without future-stamped counts: null)."""
     from cdclake.catalog import qualified
     from cdclake.land import LandResult
-    from cdclake.lake import RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ensure_run_metrics_table
+    from cdclake.lake import RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ddl, ensure_run_metrics_table
     from cdclake.metrics import METRIC_COLUMNS, metric_rows, record_run
     from cdclake.results import NormalizeResult, TopicCounts
 
     topic = f"skew.metrics.{unique}"
     cfg = _cfg(unique, topic)
     window = _last_hour(topic)
-    assert METRIC_COLUMNS[-1] == "future_stamped" and RUN_METRICS_SCHEMA.endswith("future_stamped bigint")
+    assert METRIC_COLUMNS[-1] == "future_stamped" and ddl(RUN_METRICS_SCHEMA).endswith("future_stamped bigint")
     now = dt.datetime.now(UTC)
     (norm,) = metric_rows(cfg, "normalize", window, NormalizeResult({topic: TopicCounts(raw=1, changes=1)}), now, 1.0)
     (plain,) = metric_rows(cfg, "land", window, LandResult({topic: 3}), now, 1.0)

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Optional
 
 from cdclake.catalog import describe, pyiceberg_catalog, qualified, with_retries
 from cdclake.config import PipelineConfig
-from cdclake.lake import (BRONZE_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ddl_columns, ensure_run_metrics_table,
-                          window_filter)
+from cdclake.lake import BRONZE_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, ensure_run_metrics_table, window_filter
 from cdclake.results import StageResult
 from cdclake.window import UTC, Window
 
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The columns of a run metrics row, in table order.
-METRIC_COLUMNS = [n for n, _ in ddl_columns(RUN_METRICS_SCHEMA)]
+METRIC_COLUMNS = list(RUN_METRICS_SCHEMA.names)
 
 
 def newest_source_ts(spark: "SparkSession", cfg: PipelineConfig, window: Window,

@@ -114,7 +114,7 @@ def _write(spark: "SparkSession", window: Window, topics: list[str], parsers: di
     kind = F.col("_kind")
     stats = {t: TopicCounts() for t in topics}
     for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
-        part = tagged.where(kind == k).select(*[n for n, _ in OUTPUT_COLUMNS[k]])
+        part = tagged.where(kind == k).select(*OUTPUT_COLUMNS[k].names)
         frame = bronze_frame(part).sortWithinPartitions(*BRONZE_WRITE_ORDER) if k == "change" else part
         overwrite_hours(frame, cfg, name, window, topics)
         if k == "change":

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Iterable, Iterator, Optional
 
-from cdclake.lake import (CHANGE_PYTHON_TYPES, CONTROL_SCHEMA, QUARANTINE_SCHEMA, STAGED_COLUMNS, STAGED_TO_BRONZE,
-                          arrow_schema, bronze_row, ddl, ddl_columns, staged_row)
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+from cdclake.lake import (CHANGE_PYTHON_TYPES, CONTROL_SCHEMA, QUARANTINE_SCHEMA, STAGED_SCHEMA, STAGED_TO_BRONZE,
+                          arrow_schema, bronze_row, staged_row)
 from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, NOT_OPENING, check_limits, is_json_format
 from cdclake.errors import RunError, is_run_error
 from cdclake.record import OPS, ChangeRecord, ControlRecord, KafkaRecord, ParseError
@@ -173,29 +175,29 @@ def _change_field(result) -> str:
     return "value"
 
 
-#: The columns of each kind of row :func:`classify` yields: staged change, quarantine and control.
-OUTPUT_COLUMNS = {"change": STAGED_COLUMNS, "quarantine": ddl_columns(QUARANTINE_SCHEMA),
-            "control": ddl_columns(CONTROL_SCHEMA)}
+#: The columns of each kind of row :func:`classify` yields (a schema each): staged change,
+#: quarantine and control.
+OUTPUT_COLUMNS = {"change": STAGED_SCHEMA, "quarantine": QUARANTINE_SCHEMA, "control": CONTROL_SCHEMA}
 #: The outputs of :func:`classify` as one wide row (:data:`TAGGED_SCHEMA`): ``_kind``
 #: (change/quarantine/control), the columns of every kind (shared names have one type), ``_first``
 #: (the record's first row: one per raw record, what normalize counts) and ``_fast`` (the row
 #: comes from the format's columnar fast path, not the per-record parser).
-_TAGGED: dict[str, str] = {"_kind": "string"}
-for _cols in OUTPUT_COLUMNS.values():
-    for _name, _type in _cols:
-        assert _TAGGED.setdefault(_name, _type) == _type, _name
-_TAGGED.update({"_first": "boolean", "_fast": "boolean"})
-TAGGED_SCHEMA = ddl(list(_TAGGED.items()))
+_TAGGED: dict[str, StructField] = {"_kind": StructField("_kind", StringType())}
+for _schema in OUTPUT_COLUMNS.values():
+    for _field in _schema.fields:
+        assert _TAGGED.setdefault(_field.name, _field).dataType == _field.dataType, _field.name
+_TAGGED.update({n: StructField(n, BooleanType()) for n in ("_first", "_fast")})
+TAGGED_SCHEMA = StructType(list(_TAGGED.values()))
 
 
 #: A raw table row with the attributes :func:`classify` reads (headers: items with ``name`` and ``value``).
 RawRow = namedtuple("RawRow", "kafka_topic kafka_partition kafka_offset kafka_timestamp_ms landed_hour key value headers")
 #: Where each kind's row tuple puts each column of :data:`_TAGGED` (absent: the kind has no such column).
-_SLOTS = {kind: {name: i for i, (name, _) in enumerate(cols)} for kind, cols in OUTPUT_COLUMNS.items()}
+_SLOTS = {kind: {name: i for i, name in enumerate(schema.names)} for kind, schema in OUTPUT_COLUMNS.items()}
 
 
 def tagged_arrow_schema():
-    """The Arrow schema of :data:`TAGGED_SCHEMA` (made on the driver: it needs the JVM)."""
+    """The Arrow schema of :data:`TAGGED_SCHEMA`."""
     return arrow_schema(TAGGED_SCHEMA)
 
 
