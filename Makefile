@@ -20,7 +20,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo inspect test test-extended imports bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock lock-dbz clean
+.PHONY: all deps venv demo inspect test test-extended imports size lint bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock lock-dbz clean
 
 all: test
 
@@ -74,7 +74,7 @@ inspect: venv
 # Two pytest processes (pytest-xdist), each with its own broker, catalog and Spark session; a
 # module's tests stay in one process (--dist loadfile). PYTEST_WORKERS=0 runs them in this one.
 PYTEST_WORKERS ?= 2
-test: venv imports $(DBZ_VENV)/.installed
+test: venv imports size lint $(DBZ_VENV)/.installed
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15 -m "not extended" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Slow duplicates of coverage make test has elsewhere (marker "extended"), e.g. the DAG under dag.test().
@@ -84,6 +84,19 @@ test-extended: venv
 # The layer contract of .importlinter: every import runs downward, none in a circle.
 imports: venv
 	$(VENV)/bin/lint-imports --no-logo --no-cache
+
+# No module of the library over MAX_MODULE_LINES lines: a module that grows past it is split by
+# responsibility (as formats/<vendor>/ into plan, parser and fast).
+MAX_MODULE_LINES ?= 500
+size:
+	@over=$$(find jobs/cdclake -name '*.py' -exec wc -l {} + | awk -v max=$(MAX_MODULE_LINES) \
+	  '$$2 != "total" && $$1 > max {print "  " $$2 ": " $$1 " lines"}'); \
+	if [ -n "$$over" ]; then echo "modules of jobs/cdclake over $(MAX_MODULE_LINES) lines (split them):"; \
+	  echo "$$over"; exit 1; fi; echo "every module of jobs/cdclake is at most $(MAX_MODULE_LINES) lines"
+
+# The lint rules of ruff.toml.
+lint: venv
+	$(VENV)/bin/ruff check .
 
 # PyFlink, the benchmark's peer, pins packages the pipeline does not use: it gets its own venv.
 FLINK_VENV := .venv-flink
