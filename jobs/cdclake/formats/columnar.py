@@ -10,16 +10,17 @@ exactly (a shape it does not know, a value a converter refuses, a placeholder th
 out) is left to :meth:`~cdclake.formats.base.FormatParser.parse`, which gives its result or its
 error: the fast path never reports an error of its own.
 
-A change leaves the fast path as a *change row* (:class:`ChangeRow`): the fields of
-:class:`cdclake.record.ChangeRecord` in declaration order, each map (``before``, ``after``,
-``column_types``) as a pair (keys list, values list), or ``(None, None)`` for no map
-(:data:`NO_MAP`). A fast path builds its rows with a :func:`row_maker` (the fields it gives, by
-name) or :func:`change_row` (a :class:`ChangeRecord` it made), never field by field in order.
+A change leaves the fast path as a *change row*: a plain tuple of the fields of
+:class:`cdclake.record.ChangeRecord` in declaration order (:data:`CHANGE_FIELDS`; a field's index is
+:data:`FIELD_INDEX`), each map (``before``, ``after``, ``column_types``) as a pair (keys list,
+values list), or ``(None, None)`` for no map (:data:`NO_MAP`), the key and the position as lists.
+A fast path builds its rows with a :func:`row_maker` (the fields it gives, by name) or
+:func:`change_row` (a :class:`ChangeRecord` it made), never field by field in order; a plain tuple
+(not a subclass) keeps :func:`cdclake.lake.staged_row`'s indexing at the interpreter's fast path.
 """
 from __future__ import annotations
 
 import dataclasses
-from operator import itemgetter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import msgspec
@@ -43,21 +44,8 @@ _MAPS = frozenset(f.name for f in dataclasses.fields(ChangeRecord) if f.type.sta
 _LISTS = frozenset(f.name for f in dataclasses.fields(ChangeRecord) if f.type.startswith(("list", "tuple")))
 
 
-class ChangeRow(tuple):
-    """One change of a fast path: the fields of :class:`~cdclake.record.ChangeRecord` in declaration
-    order (:data:`CHANGE_FIELDS`, each readable by name: ``row.before``), each map as a ``(keys
-    list, values list)`` pair or :data:`NO_MAP`, the key and the position as lists. Made by
-    :func:`row_maker` or :func:`change_row`; :func:`cdclake.lake.staged_row` reads it."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ChangeRow(" + ", ".join(f"{n}={v!r}" for n, v in zip(CHANGE_FIELDS, self)) + ")"
-
-
-for _i, _name in enumerate(CHANGE_FIELDS):
-    setattr(ChangeRow, _name, property(itemgetter(_i), doc=f"The change's ``{_name}``."))
-del _i, _name
+#: Field name → its index in a change row.
+FIELD_INDEX = {name: i for i, name in enumerate(CHANGE_FIELDS)}
 
 
 def _row_default(f: dataclasses.Field) -> Any:
@@ -82,8 +70,8 @@ def _fresh(value: Any) -> str:
     return repr(value)
 
 
-def row_maker(*varying: str, **fixed: Any) -> Callable[..., ChangeRow]:
-    """A function that makes the :class:`ChangeRow` of one change from the fields named in
+def row_maker(*varying: str, **fixed: Any) -> Callable[..., tuple]:
+    """A function that makes the change row of one change from the fields named in
     ``varying``, given positionally in that order; the other fields are ``fixed`` (by name, the
     same for every row: names, types, constants) or take their ChangeRecord default. Made once (per
     module or table plan), called once per change. Raises ``ValueError`` for a name that is not a
@@ -93,7 +81,7 @@ def row_maker(*varying: str, **fixed: Any) -> Callable[..., ChangeRow]:
         raise ValueError(f"not ChangeRecord fields: {sorted(unknown)}")
     if set(varying) & set(fixed):
         raise ValueError(f"fields both varying and fixed: {sorted(set(varying) & set(fixed))}")
-    scope: dict[str, Any] = {"_new": tuple.__new__, "_Row": ChangeRow}
+    scope: dict[str, Any] = {}
     parts = []
     for name in CHANGE_FIELDS:
         if name in varying:
@@ -105,7 +93,7 @@ def row_maker(*varying: str, **fixed: Any) -> Callable[..., ChangeRow]:
             parts.append(_fresh(_DEFAULTS[name]))
         else:
             raise ValueError(f"field {name!r} has no default: give it")
-    code = f"def make_row({', '.join(varying)}):\n    return _new(_Row, ({', '.join(parts)},))\n"
+    code = f"def make_row({', '.join(varying)}):\n    return ({', '.join(parts)},)\n"
     exec(code, scope)  # the code places the fields of CHANGE_FIELDS; no value is part of it
     return scope["make_row"]
 
@@ -114,12 +102,11 @@ def _pair(m: Optional[dict]) -> tuple:
     return NO_MAP if m is None else (list(m), list(m.values()))
 
 
-def change_row(c: ChangeRecord) -> ChangeRow:
+def change_row(c: ChangeRecord) -> tuple:
     """The change row of a :class:`ChangeRecord` (a fast path that builds changes with the
     per-record parser's functions)."""
-    return tuple.__new__(ChangeRow, (
-        _pair(getattr(c, n)) if n in _MAPS else list(getattr(c, n)) if n in _LISTS else getattr(c, n)
-        for n in CHANGE_FIELDS))
+    return tuple(_pair(getattr(c, n)) if n in _MAPS else list(getattr(c, n)) if n in _LISTS else getattr(c, n)
+                 for n in CHANGE_FIELDS)
 
 
 #: Name sets a fast path keeps the verdict of (:func:`names_pass`), per parser or plan.

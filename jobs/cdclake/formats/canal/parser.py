@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable, Mapping, Optional
 
 from cdclake.formats.base import ColumnPlan, Event, FormatParser
-from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, names_pass, read_groups, row_maker
+from cdclake.formats.columnar import FIELD_INDEX, NO_MAP, convert_images, json_objects, names_pass, read_groups, row_maker
 from cdclake.formats.fields import element, json_object, name_text
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
@@ -41,6 +41,8 @@ from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError,
 from cdclake.types import normalize_type, to_text
 
 FORMAT = "canal-json"
+#: The index of the before image in a change row.
+_BEFORE = FIELD_INDEX["before"]
 #: The fast path's change row of one row of a message.
 _ROW = row_maker("source_database", "source_table", "op", "before", "after", "primary_key", "column_types",
                  "source_position", "source_ts_ms", "row_in_record", source_format=FORMAT, source_schema=None)
@@ -336,10 +338,10 @@ def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple,
                     raise ValueError("primary key column missing or null")
                 changes.append(_ROW(database, table, op, before, after, list(pk), types_pair, [es, msg_id, r],
                                     ts_ms, r))
-            names_key = (key, tuple(pk), op, tuple(changes[0].before[0] or ()))
+            names_key = (key, tuple(pk), op, tuple(changes[0][_BEFORE][0] or ()))
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
         if names_pass(checked, names_key, lambda: ChangeRecord(
-                FORMAT, database, None, table, op, dict.fromkeys(changes[0].before[0] or ()), dict.fromkeys(names),
+                FORMAT, database, None, table, op, dict.fromkeys(changes[0][_BEFORE][0] or ()), dict.fromkeys(names),
                 pk, types)):
             out[i] = changes
