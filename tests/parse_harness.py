@@ -87,11 +87,10 @@ def kinds(rows: list[dict]) -> list[str]:
 # --- the fast path against the per-record path --------------------------------------------------
 
 
-def _path_outcomes(fmt: str, batches: list, fast: bool, options=None) -> tuple[dict, int]:
-    """``({(partition, offset): [row without _fast and quarantined_at]}, records read by the fast path)``."""
-    parser = get_parser(fmt, options)
-    if not fast:
-        parser.FAST_PATH = False
+def parser_outcomes(parser, batches: list, fast: bool) -> tuple[dict, int]:
+    """``({(partition, offset): [row without _fast and quarantined_at]}, records read by the fast
+    path)`` of ``parser`` over ``batches`` (``fast`` False: the parser's fast path is off, and no
+    row may say it was read by it)."""
     out, read_fast = defaultdict(list), 0
     for b in parse_batches({"t": parser}, TAGGED, batches):
         assert b.schema == TAGGED
@@ -102,6 +101,14 @@ def _path_outcomes(fmt: str, batches: list, fast: bool, options=None) -> tuple[d
             row = {k: v for k, v in row.items() if k not in ("_fast", "quarantined_at")}
             out[(row["kafka_partition"], row["kafka_offset"])].append(row)
     return out, read_fast
+
+
+def _path_outcomes(fmt: str, batches: list, fast: bool, options=None) -> tuple[dict, int]:
+    """:func:`parser_outcomes` of a new parser of ``fmt``, its fast path on or off."""
+    parser = get_parser(fmt, options)
+    if not fast:
+        parser.FAST_PATH = False
+    return parser_outcomes(parser, batches, fast)
 
 
 def assert_same(fmt: str, records: list[tuple], size: int = 97, options=None) -> int:

@@ -19,17 +19,15 @@ import datetime as dt
 import io
 import json
 import pickle
-from collections import defaultdict
 from decimal import Decimal
 
 import pytest
 from fastavro import parse_schema, schemaless_reader
-from parse_harness import TAGGED, dumps, raw_batches
+from parse_harness import dumps, parser_outcomes, raw_batches
 
 from cdclake.formats import get_parser
 from cdclake.formats.qlik import ENVELOPE_SCHEMA, QLIK_TYPES, value_text
 from cdclake.formats.qlik.values import value_converter
-from cdclake.normalize import parse_batches
 from cdclake.record import KafkaRecord
 from cdclake.sim import SimulatedSource
 from cdclake.sim.render_qlik import avro_bytes, avro_envelope, qlik_avro, qlik_json
@@ -54,27 +52,13 @@ def _parser(fmt: str, entries: list, fast: bool, options=None):
     return parser
 
 
-def _outcomes(parser, batches: list, fast: bool) -> tuple[dict, int]:
-    """``({(partition, offset): [row without _fast and quarantined_at]}, records read by the fast path)``."""
-    out, read_fast = defaultdict(list), 0
-    for b in parse_batches({"t": parser}, TAGGED, batches):
-        assert b.schema == TAGGED
-        for row in b.to_pylist():
-            read_fast += bool(row["_fast"] and row["_first"])
-            if not fast:
-                assert row["_fast"] is False
-            row = {k: v for k, v in row.items() if k not in ("_fast", "quarantined_at")}
-            out[(row["kafka_partition"], row["kafka_offset"])].append(row)
-    return out, read_fast
-
-
 def assert_same(fmt: str, records: list[tuple], size: int = 97, options=None, entries=None) -> int:
     """Both parsers (the entries of ``records``' metadata messages, or ``entries``) give the same
     rows for every record; returns how many records the fast path read."""
     entries = _entries(fmt, records) if entries is None else entries
     batches = raw_batches(records, size)
-    fast, read_fast = _outcomes(_parser(fmt, entries, True, options), batches, True)
-    slow, _ = _outcomes(_parser(fmt, entries, False, options), batches, False)
+    fast, read_fast = parser_outcomes(_parser(fmt, entries, True, options), batches, True)
+    slow, _ = parser_outcomes(_parser(fmt, entries, False, options), batches, False)
     assert set(fast) == set(slow)
     differ = [(k, fast[k], slow[k]) for k in slow if fast[k] != slow[k]]
     assert not differ, differ[:2]
