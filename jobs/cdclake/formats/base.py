@@ -35,9 +35,11 @@ plans of :meth:`kept`, a format's readers) is dropped when it is pickled to a Sp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
+from cdclake.formats.columnar import JSON, change_row
 from cdclake.formats.options import SourceOptions
+from cdclake.names import check_names
 from cdclake.formats.text import coerce_text
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseResult
 from cdclake.types import to_text
@@ -183,16 +185,104 @@ class FormatParser:
             step(event)
         return self.build(event)
 
-    #: Whether :meth:`fast_parse` reads batches (a format with a columnar fast path sets it).
+    # -- the fast path: the template's second driver ---------------------------------------------
+
+    #: Whether :meth:`fast_parse` reads batches: set for a class whose :meth:`fast_members` is its
+    #: own (a class may set it itself, e.g. a parser that hands batches to others).
     FAST_PATH = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "FAST_PATH" not in cls.__dict__:
+            cls.FAST_PATH = cls.fast_members is not FormatParser.fast_members
+
     def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`): for each record of the batch,
-        its changes as change rows when the fast path reads it exactly, or None when :meth:`parse`
-        must read it (the reference: its result, control record or error). For a record it reads,
-        ``fast_parse`` gives what ``parse`` gives, change for change. Never raises for a record.
-        Default: no fast path, every entry None."""
-        return [None] * len(records)
+        """The columnar fast path (:mod:`cdclake.formats.columnar`), one driver for every format:
+        for each record of the batch, its changes as change rows when the fast path reads it
+        exactly, or None when :meth:`parse` must read it (the reference: its result, control
+        record or error). For a record it reads, ``fast_parse`` gives what ``parse`` gives,
+        change for change. Never raises for a record.
+
+        The driver: (1) :meth:`fast_members` decodes each record and checks its shape, giving
+        the record's table plan key and its member (index in ``records`` first); (2) the members
+        are grouped by plan key in batch order; (3) :meth:`fast_group` converts each group's
+        images column by column (:func:`~cdclake.formats.columnar.convert_images`) and builds
+        its rows with the key and position functions :meth:`parse` calls. A group whose
+        :meth:`fast_group` raises, and a record whose plan key is not hashable, are left to
+        :meth:`parse`. Without a fast path (no :meth:`fast_members`) every entry is None."""
+        out: list[Optional[list[tuple]]] = [None] * len(records)
+        groups: dict[Any, list] = {}
+        get = groups.get
+        for key, member in self.fast_members(records):
+            try:
+                members = get(key)
+            except TypeError:  # a plan key that is not hashable: the per-record parser reads it
+                continue
+            if members is None:
+                groups[key] = [member]
+            else:
+                members.append(member)
+        fast_group = self.fast_group
+        for key, members in groups.items():
+            try:
+                fast_group(records, key, members, out)
+            except Exception:  # noqa: BLE001  (the per-record parser reads the group's records)
+                for member in members:
+                    out[member[0]] = None
+        return out
+
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The fast path's first hook: ``(plan key, member)`` for each record of ``records`` the
+        fast path may read, in batch order; ``member`` is a tuple whose first item is the
+        record's index in ``records``, the rest what :meth:`fast_group` needs (the decoded
+        message, its operation ...). A record not given is left to :meth:`parse`. Never raises
+        for a record. Default: none (the format has no fast path)."""
+        return iter(())
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The fast path's second hook: the change rows of one plan's ``members`` (as
+        :meth:`fast_members` gave them, in batch order) into ``out`` at each member's index; a
+        member left None is read by :meth:`parse`. May raise (every member of the group is then
+        left to :meth:`parse`). Default: each member ``(index, Event)`` read by the row steps
+        (:meth:`changes`) and accepted by :meth:`fast_check`, for a format whose fast path is the
+        per-record template over a faster decoder."""
+        for member in members:
+            i, event = member[0], member[1]
+            try:
+                changes = self.changes(event)
+                for change in changes:
+                    self.fast_check(change)
+                out[i] = [change_row(c) for c in changes]
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                out[i] = None
+
+    def json_event_members(self, records: list[KafkaRecord], event_of: Callable[[KafkaRecord, dict], Optional[Event]]
+                           ) -> Iterator[tuple[None, tuple]]:
+        """Members for the default :meth:`fast_group` (one plan key, None): ``(index, Event)`` of
+        each record whose value (bytes) :data:`~cdclake.formats.columnar.JSON` decodes to an
+        object, ``event_of(record, message)`` makes an :class:`Event` of (None: leave it) and
+        :meth:`control` reads as a row change (it sets ``event.op``). A record any of them raises
+        for is left to :meth:`parse`."""
+        decode = JSON.decode
+        for i, rec in enumerate(records):
+            raw = rec.value
+            if not raw or type(raw) is not bytes:
+                continue
+            try:
+                msg = decode(raw)
+                if type(msg) is not dict:
+                    continue
+                event = event_of(rec, msg)
+                if event is None or self.control(event) is not None:
+                    continue
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                continue
+            yield None, (i, event)
+
+    def fast_check(self, change: ChangeRecord) -> None:
+        """Raise for a change the default :meth:`fast_group` must leave to :meth:`parse` (whose
+        normalize step would quarantine it); default: its names (:func:`cdclake.names.check_names`)."""
+        check_names(change)
 
     # -- hooks ----------------------------------------------------------------------------------
 

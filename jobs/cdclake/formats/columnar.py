@@ -1,11 +1,13 @@
 """The columnar fast path's shared parts: a batch of decoded images of one table converted column by column.
 
-A format's fast path (:meth:`cdclake.formats.base.FormatParser.fast_parse`) reads a batch of
-Kafka records at once: it decodes the messages with :data:`JSON` (msgspec, stricter than the
-standard library's ``json`` and equal to it on every document both accept), groups them by table
-plan (one Kafka Connect envelope and table, one Canal table ...), and converts each image column
-with the plan's own converter over the whole batch (:func:`convert_images`), so the canonical text
-is produced by the very functions the per-record parser calls. A record the fast path cannot read
+The fast path's driver (:meth:`cdclake.formats.base.FormatParser.fast_parse`) reads a batch of
+Kafka records at once: a format's :meth:`~cdclake.formats.base.FormatParser.fast_members` decodes
+the messages (JSON ones with :data:`JSON`: msgspec, stricter than the standard library's ``json``
+and equal to it on every document both accept) and names each one's table plan (one Kafka Connect
+envelope and table, one Canal table ...); the driver groups them; the format's
+:meth:`~cdclake.formats.base.FormatParser.fast_group` converts each image column with the plan's
+own converter over the whole group (:func:`convert_images`), so the canonical text is produced by
+the very functions the per-record parser calls. A record the fast path cannot read
 exactly (a shape it does not know, a value a converter refuses, a placeholder that leaves a column
 out) is left to :meth:`~cdclake.formats.base.FormatParser.parse`, which gives its result or its
 error: the fast path never reports an error of its own.
@@ -137,14 +139,14 @@ def source_names(source: dict) -> Optional[tuple[Optional[str], Optional[str], s
     return db, schema, table
 
 
-def connect_groups(payloads: Iterator[tuple[int, Any, Optional[dict], Any]],
-                   source_of: Callable[[int, dict], Optional[dict]]) -> dict[tuple, list[tuple]]:
-    """Kafka Connect payloads grouped by table plan: ``(envelope id, db, schema, table)`` →
-    ``[(index, payload, source block, Connect schema)]``. ``payloads`` as
+def connect_members(payloads: Iterator[tuple[int, Any, Optional[dict], Any]],
+                    source_of: Callable[[int, dict], Optional[dict]]) -> Iterator[tuple[tuple, tuple]]:
+    """Kafka Connect payloads as members of the fast path's driver
+    (:meth:`~cdclake.formats.base.FormatParser.fast_members`): ``((envelope id, db, schema,
+    table), (index, payload, source block, Connect schema))``. ``payloads`` as
     :func:`envelope_payloads` gives them; ``source_of(index, payload)`` gives the ``source`` block
     of a payload the fast path reads (an object payload), or None for one it leaves; a block
     without text names (:func:`source_names`) is left too."""
-    groups: dict[tuple, list[tuple]] = {}
     for i, payload, schema, envelope in payloads:
         if type(payload) is not dict:
             continue
@@ -153,8 +155,7 @@ def connect_groups(payloads: Iterator[tuple[int, Any, Optional[dict], Any]],
             continue
         names = source_names(source)
         if names is not None:
-            groups.setdefault((envelope, *names), []).append((i, payload, source, schema))
-    return groups
+            yield (envelope, *names), (i, payload, source, schema)
 
 
 def key_indices(cache: dict, key: Any, names: Sequence[str], pk: Sequence[str]) -> Optional[list[int]]:
@@ -164,19 +165,6 @@ def key_indices(cache: dict, key: Any, names: Sequence[str], pk: Sequence[str]) 
     if at is cache:
         at = cache[key] = [names.index(k) for k in pk] if set(pk) <= set(names) else None
     return at
-
-
-def read_groups(groups: dict, read_group: Callable[[Any, list], None], out: list) -> list:
-    """Call ``read_group(key, members)`` for each group of ``groups`` (group key → members, each
-    member's first item its index in ``out``); a group whose reading raises leaves all its
-    records to the per-record parser (their ``out`` entries None). Returns ``out``."""
-    for key, members in groups.items():
-        try:
-            read_group(key, members)
-        except Exception:  # noqa: BLE001  (the per-record parser reads the group's records)
-            for member in members:
-                out[member[0]] = None
-    return out
 
 
 def names_pass(checked: dict, key: Any, change: Callable[[], ChangeRecord]) -> bool:

@@ -100,6 +100,27 @@ def name_text(fmt: str, value: Any, field_name: str, reason: str = "name {!r} is
     return value
 
 
+def operation_type(fmt: str, value: Any, field_name: str) -> str:
+    """A message's operation type as it carries it: non-empty text. Raises :class:`ParseError`
+    naming ``field_name`` (``missing operation type``) otherwise."""
+    if not isinstance(value, str) or not value:
+        raise ParseError(fmt, "missing operation type", field_name)
+    return value
+
+
+def known_operation(fmt: str, value: Any, ops: Mapping[str, str], field_name: str, what: str, expected: str,
+                    blank_is_missing: bool = False) -> str:
+    """The canonical op of an operation field's ``value`` in ``ops`` (the format's names → op).
+    Raises :class:`ParseError` naming ``field_name``: ``missing <what>`` for None (and ``""``
+    with ``blank_is_missing``), ``unknown <what> <value> (expected <expected>)`` for a value
+    ``ops`` does not hold."""
+    if value is None or (blank_is_missing and value == ""):
+        raise ParseError(fmt, f"missing {what}", field_name)
+    if not isinstance(value, str) or value not in ops:
+        raise ParseError(fmt, f"unknown {what} {value!r} (expected {expected})", field_name)
+    return ops[value]
+
+
 def table_name(fmt: str, value: Any, field_name: str) -> str:
     """A table name: non-empty text. Raises :class:`ParseError` naming ``field_name`` (``missing
     table name``) otherwise."""

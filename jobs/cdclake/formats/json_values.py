@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from cdclake.record import ParseError
 
@@ -32,6 +32,17 @@ def load_json(fmt: str, raw: bytes) -> dict:
     if not isinstance(obj, dict):
         raise ParseError(fmt, f"value is a JSON {type(obj).__name__}, not an object", "value")
     return obj
+
+
+def map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` (decoded JSON or Avro: lists and objects of leaves) with ``leaf`` applied to each
+    value that is not a list or an object, the containers rebuilt (lists as lists, objects as
+    dicts with the same keys in the same order)."""
+    if isinstance(value, dict):
+        return {k: map_leaves(v, leaf) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_leaves(v, leaf) for v in value]
+    return leaf(value)
 
 
 def unwrap_envelope(obj: Any) -> tuple[Any, Optional[dict]]:

@@ -64,11 +64,11 @@ key's columns (a JSON object).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from cdclake.formats.base import ColumnPlan, Event, FormatParser
-from cdclake.formats.columnar import JSON, NO_MAP, convert_images, names_pass, read_groups, row_maker
-from cdclake.formats.fields import element, integer, json_object, name_text, table_name
+from cdclake.formats.columnar import JSON, NO_MAP, convert_images, names_pass, row_maker
+from cdclake.formats.fields import element, integer, json_object, name_text, operation_type, table_name
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import convert_image, epoch_timestamp, text_converter
@@ -234,17 +234,90 @@ class AliyunJsonParser(FormatParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     STEPS = ("table", "column_types", "primary_key", "images", "position")
     LEARNT = {"_key_reader": lambda parser: EnvelopeReader(parser.format_name)}
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for row changes other than
-        TRUNCATE whose images name the columns of ``schema.dataColumn`` in its order; each table
-        plan's images are converted column by column by the plan's converters, the rest goes
-        through the functions :meth:`parse` calls. Anything else gives None: :meth:`parse` reads
-        that record."""
-        return _fast_parse(self, records)
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for row
+        changes other than TRUNCATE whose images name the columns of ``schema.dataColumn`` in its order;
+        each table plan's images are converted column by column by the plan's converters, the rest goes
+        through the functions :meth:`parse` calls. Anything else gives None: :meth:`parse` reads that
+        record. Plan key ``(dbName, schemaName, tableName, columns)``; member ``(index, message,
+        payload, schema, op)``."""
+        decode = JSON.decode
+        for i, rec in enumerate(records):
+            try:
+                msg = decode(rec.value)
+                payload, schema = msg["payload"], msg["schema"]
+                if type(payload) is not dict or type(schema) is not dict or payload.get("ddl") is not None:
+                    continue
+                variant = payload.get("op")
+                if type(variant) is not str or variant not in _IMAGES or variant == "TRUNCATE":
+                    continue
+                source = schema["source"]
+                database, schema_name, table = source.get("dbName"), source.get("schemaName"), source.get("tableName")
+                if (type(table) is not str or not table or (database is not None and type(database) is not str)
+                        or (schema_name is not None and type(schema_name) is not str)):
+                    continue
+                key = (database, schema_name, table, _columns_key(schema))
+            except Exception:  # noqa: BLE001  (the per-record parser reads it)
+                continue
+            yield key, (i, msg, payload, schema, variant)
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The changes of one table plan's messages (``members``: index, message, payload, schema, op) into ``out``."""
+        database, schema_name, table, columns_key = key
+        try:
+            plan = self.kept(key, _TablePlan, self.options, columns_key, database, schema_name, table)
+        except (ParseError, TypeError, AttributeError, ValueError):
+            return
+        columns = tuple(c[0] for c in columns_key)
+        names = list(columns)
+        converters = [plan.converter(c) for c in columns]
+        types_pair = (list(plan.types), list(plan.types.values()))
+        images: list = []
+        slots: list[tuple[Optional[int], Optional[int]]] = []
+        for i, msg, payload, schema, variant in members:
+            _, need_after, read_before = _IMAGES[variant]
+            before_at = after_at = None
+            if read_before and (variant != "UPDATE_AFTER" or payload.get("before") is not None):
+                before_at = len(images)
+                images.append(_holder_image(payload, "before"))
+            if need_after:
+                after_at = len(images)
+                images.append(_holder_image(payload, "after"))
+            slots.append((before_at, after_at))
+        texts, refused = convert_images(images, columns, converters)
+        checked: dict = {}
+        for (i, msg, payload, schema, variant), (b, a) in zip(members, slots):
+            if any(s is not None and (s in refused or images[s] is None) for s in (b, a)):
+                continue
+            try:
+                op = ROW_OPS[variant]
+                read = read_key(records[i].key, self._key_reader)
+                pk = _primary_key(schema, plan, read, True)
+                position, ts_ms = _position(payload, op, variant)
+                before = NO_MAP if b is None else (names, texts[b])
+                after = NO_MAP if a is None else (names, texts[a])
+                if op == "delete":
+                    key_text = convert_image(FORMAT, read[0], plan.convert, "key") if read else None
+                    image = key_delete_image(FORMAT, pk, dict(zip(names, texts[b])), key_text,  # type: ignore[index]
+                                             "payload.before.dataColumn", _DELETE_HINT)
+                    before = (list(image), list(image.values()))
+                keyed = dict(zip(*before)) if op == "delete" else dict(zip(names, texts[a]))  # type: ignore[index]
+                if any(keyed.get(k) is None for k in pk):
+                    raise ValueError("primary key column missing or null")
+                change = _ROW(database, schema_name, table, op, before, after, list(pk), types_pair, list(position),
+                              ts_ms)
+                names_key = (tuple(pk), op, tuple(before[0] or ()), a is None)
+                if not names_pass(checked, names_key, lambda: ChangeRecord(
+                        FORMAT, database, schema_name, table, op,
+                        None if before[0] is None else dict.fromkeys(before[0]),
+                        None if a is None else dict.fromkeys(names), pk, plan.types)):
+                    continue
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                continue
+            out[i] = [change]
 
     def decode(self, record: KafkaRecord) -> Event:
         """The message, a JSON object with a ``payload`` object."""
@@ -255,9 +328,7 @@ class AliyunJsonParser(FormatParser):
     def control(self, event: Event) -> Optional[ParseResult]:
         """DDL (a non-null ``payload.ddl`` or a DDL ``op``), heartbeats and markers; else the op."""
         payload = event.source
-        op = payload.get("op")
-        if not isinstance(op, str) or not op:
-            raise ParseError(FORMAT, "missing operation type", "payload.op")
+        op = operation_type(FORMAT, payload.get("op"), "payload.op")
         kind = CONTROL_OPS.get(op)
         if kind is None and payload.get("ddl") is not None and op != "TRUNCATE":
             kind = "ddl"
@@ -326,34 +397,6 @@ class AliyunJsonParser(FormatParser):
             source_ts_ms=event.ts_ms)]
 
 
-def _fast_parse(parser: AliyunJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`AliyunJsonParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    decode = JSON.decode
-    groups: dict[tuple, list[tuple]] = {}
-    for i, rec in enumerate(records):
-        try:
-            msg = decode(rec.value)
-            payload, schema = msg["payload"], msg["schema"]
-            if type(payload) is not dict or type(schema) is not dict or payload.get("ddl") is not None:
-                continue
-            variant = payload.get("op")
-            if type(variant) is not str or variant not in _IMAGES or variant == "TRUNCATE":
-                continue
-            source = schema["source"]
-            database, schema_name, table = source.get("dbName"), source.get("schemaName"), source.get("tableName")
-            if (type(table) is not str or not table or (database is not None and type(database) is not str)
-                    or (schema_name is not None and type(schema_name) is not str)):
-                continue
-            key = (database, schema_name, table, _columns_key(schema))
-            hash(key)
-        except Exception:  # noqa: BLE001  (the per-record parser reads it)
-            continue
-        groups.setdefault(key, []).append((i, msg, payload, schema, variant))
-    read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
-    return out
-
-
 def _holder_image(payload: dict, name: str) -> Any:
     """``payload.<name>.dataColumn`` when it is an object, else a marker the batch refuses."""
     holder = payload.get(name)
@@ -365,57 +408,3 @@ def _holder_image(payload: dict, name: str) -> Any:
 _REFUSE: Any = ["not an image"]
 
 
-def _fast_group(parser: AliyunJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
-                out: list) -> None:
-    """The changes of one table plan's messages (``members``: index, message, payload, schema, op) into ``out``."""
-    database, schema_name, table, columns_key = key
-    try:
-        plan = parser.kept(key, _TablePlan, parser.options, columns_key, database, schema_name, table)
-    except (ParseError, TypeError, AttributeError, ValueError):
-        return
-    columns = tuple(c[0] for c in columns_key)
-    names = list(columns)
-    converters = [plan.converter(c) for c in columns]
-    types_pair = (list(plan.types), list(plan.types.values()))
-    images: list = []
-    slots: list[tuple[Optional[int], Optional[int]]] = []
-    for i, msg, payload, schema, variant in members:
-        _, need_after, read_before = _IMAGES[variant]
-        before_at = after_at = None
-        if read_before and (variant != "UPDATE_AFTER" or payload.get("before") is not None):
-            before_at = len(images)
-            images.append(_holder_image(payload, "before"))
-        if need_after:
-            after_at = len(images)
-            images.append(_holder_image(payload, "after"))
-        slots.append((before_at, after_at))
-    texts, refused = convert_images(images, columns, converters)
-    checked: dict = {}
-    for (i, msg, payload, schema, variant), (b, a) in zip(members, slots):
-        if any(s is not None and (s in refused or images[s] is None) for s in (b, a)):
-            continue
-        try:
-            op = ROW_OPS[variant]
-            read = read_key(records[i].key, parser._key_reader)
-            pk = _primary_key(schema, plan, read, True)
-            position, ts_ms = _position(payload, op, variant)
-            before = NO_MAP if b is None else (names, texts[b])
-            after = NO_MAP if a is None else (names, texts[a])
-            if op == "delete":
-                key_text = convert_image(FORMAT, read[0], plan.convert, "key") if read else None
-                image = key_delete_image(FORMAT, pk, dict(zip(names, texts[b])), key_text,  # type: ignore[index]
-                                         "payload.before.dataColumn", _DELETE_HINT)
-                before = (list(image), list(image.values()))
-            keyed = dict(zip(*before)) if op == "delete" else dict(zip(names, texts[a]))  # type: ignore[index]
-            if any(keyed.get(k) is None for k in pk):
-                raise ValueError("primary key column missing or null")
-            change = _ROW(database, schema_name, table, op, before, after, list(pk), types_pair, list(position),
-                          ts_ms)
-            names_key = (tuple(pk), op, tuple(before[0] or ()), a is None)
-            if not names_pass(checked, names_key, lambda: ChangeRecord(
-                    FORMAT, database, schema_name, table, op, None if before[0] is None else dict.fromkeys(before[0]),
-                    None if a is None else dict.fromkeys(names), pk, plan.types)):
-                continue
-        except Exception:  # noqa: BLE001  (the per-record parser reports it)
-            continue
-        out[i] = [change]

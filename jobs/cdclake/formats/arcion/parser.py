@@ -50,13 +50,13 @@ not type (messages sent without a schema).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from cdclake.formats.base import ColumnPlan, Event, learnt_dict
-from cdclake.formats.columnar import NO_MAP, connect_groups, convert_images, envelope_payloads, key_indices, names_pass, read_groups, row_maker
+from cdclake.formats.columnar import NO_MAP, connect_members, convert_images, envelope_payloads, key_indices, names_pass, row_maker
 from cdclake.formats.connect import (ConnectJsonParser, column_converter, connect_text, connect_type,
                                      key_fields, struct_fields)
-from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, optional_element, table_name
+from cdclake.formats.fields import element, json_object, kafka_key_text, known_operation, name_text, optional_element, table_name
 from cdclake.formats.json_values import unwrap_envelope
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image
@@ -214,26 +214,45 @@ class ArcionJsonParser(ConnectJsonParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     LEARNT = {"_fast_keys": learnt_dict, "_fast_names": learnt_dict}
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for ``r``, ``c``, ``u`` and ``d``
-        events: a value that is one JSON object, either a Kafka Connect envelope the value reader
-        has met (a record read whole first teaches it) or a bare payload (no schema), with a
-        ``source`` block holding a text table and text or null ``db``/``schema``. The records of
-        each table plan (envelope and table) are grouped by their images' columns, and each image
-        column is converted over the group by the converter ``parse`` applies to it (the
-        column's Connect field schema, else its configured type, else plain text). The Kafka key
-        (:func:`read_arcion_key`, kept per key), the primary key, a delete's key image, the
-        position, ``source.ts_ms`` and the GTID go through the functions :meth:`parse` calls.
-        Left to :meth:`parse` (None): tombstones and ``null`` payloads, unknown or missing ``op``,
-        a missing or malformed ``source``, a Kafka key whose schema names columns the value
-        schema does not, images whose columns differ from each other, a value a converter
-        refuses, an insert, read or update without an after image, no primary key or a key
-        column without a value, names :func:`cdclake.names.check_names` refuses, unreadable
-        positions, and any value msgspec does not decode."""
-        return _fast_parse(self, records)
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for ``r``,
+        ``c``, ``u`` and ``d`` events: a value that is one JSON object, either a Kafka Connect envelope
+        the value reader has met (a record read whole first teaches it) or a bare payload (no schema),
+        with a ``source`` block holding a text table and text or null ``db``/``schema``. The records of
+        each table plan (envelope and table) are grouped by their images' columns, and each image column
+        is converted over the group by the converter ``parse`` applies to it (the column's Connect field
+        schema, else its configured type, else plain text). The Kafka key (:func:`read_arcion_key`, kept
+        per key), the primary key, a delete's key image, the position, ``source.ts_ms`` and the GTID go
+        through the functions :meth:`parse` calls. Left to :meth:`parse` (None): tombstones and ``null``
+        payloads, unknown or missing ``op``, a missing or malformed ``source``, a Kafka key whose schema
+        names columns the value schema does not, images whose columns differ from each other, a value a
+        converter refuses, an insert, read or update without an after image, no primary key or a key
+        column without a value, names :func:`cdclake.names.check_names` refuses, unreadable positions,
+        and any value msgspec does not decode. Plan key ``(envelope id, db, schema, table)``; member
+        ``(index, payload, source, Connect schema)``."""
+        return connect_members(envelope_payloads(self._reader, records, bare=True), _change_source)
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The changes of one table plan's records (``members``: index, payload, source, schema) into
+        ``out``, converted per set of image columns."""
+        _, db, schema_name, table = key
+        try:
+            plan = self.kept(key, _TablePlan, self.options, members[0][3], db, schema_name, table)
+        except Exception:  # noqa: BLE001
+            return
+        by_columns: dict[tuple, list[tuple]] = {}
+        for i, payload, source, _ in members:
+            before, after = _image(payload, "before"), _image(payload, "after")
+            image = after if after is not None else before
+            if image is not None and type(image) is not dict:
+                continue
+            by_columns.setdefault(() if image is None else tuple(image), []).append((i, payload, source, before, after))
+        types = dict(plan.types)
+        types_pair = (list(types), list(types.values()))
+        for columns, rows in by_columns.items():
+            _fast_columns(self, records, key, plan, types, types_pair, columns, rows, out)
 
     def is_tombstone(self, value: Optional[bytes]) -> bool:
         """A null value: None, empty, JSON ``null`` or the earlier edition's ``"default"`` (item 5)."""
@@ -245,12 +264,7 @@ class ArcionJsonParser(ConnectJsonParser):
 
     def control(self, event: Event) -> Optional[ParseResult]:
         """No control records but tombstones: the ``op``."""
-        op = event.message.get("op")
-        if op is None:
-            raise ParseError(FORMAT, "missing operation", "op")
-        if not isinstance(op, str) or op not in OPS:
-            raise ParseError(FORMAT, f"unknown operation {op!r} (expected one of r, c, u, d)", "op")
-        event.op = OPS[op]
+        event.op = known_operation(FORMAT, event.message.get("op"), OPS, "op", "operation", "one of r, c, u, d")
         return None
 
     def table(self, event: Event) -> None:
@@ -346,35 +360,6 @@ def _change_source(i: int, payload: dict) -> Optional[dict]:
     """The ``source`` block of a change the fast path reads (an object, and ``op`` one of :data:`OPS`)."""
     op, source = payload.get("op"), payload.get("source")
     return source if type(source) is dict and type(op) is str and op in OPS else None
-
-
-def _fast_parse(parser: ArcionJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`ArcionJsonParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups = connect_groups(envelope_payloads(parser._reader, records, bare=True), _change_source)
-    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
-
-
-def _fast_group(parser: ArcionJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
-                out: list) -> None:
-    """The changes of one table plan's records (``members``: index, payload, source, schema) into
-    ``out``, converted per set of image columns."""
-    _, db, schema_name, table = key
-    try:
-        plan = parser.kept(key, _TablePlan, parser.options, members[0][3], db, schema_name, table)
-    except Exception:  # noqa: BLE001
-        return
-    by_columns: dict[tuple, list[tuple]] = {}
-    for i, payload, source, _ in members:
-        before, after = _image(payload, "before"), _image(payload, "after")
-        image = after if after is not None else before
-        if image is not None and type(image) is not dict:
-            continue
-        by_columns.setdefault(() if image is None else tuple(image), []).append((i, payload, source, before, after))
-    types = dict(plan.types)
-    types_pair = (list(types), list(types.values()))
-    for columns, rows in by_columns.items():
-        _fast_columns(parser, records, key, plan, types, types_pair, columns, rows, out)
 
 
 def _fast_columns(parser: ArcionJsonParser, records: list[KafkaRecord], key: tuple, plan: _TablePlan, types: dict,

@@ -29,11 +29,11 @@ key deletes whose images lack the key.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from cdclake.formats.base import ColumnPlan, Event, FormatParser
-from cdclake.formats.columnar import FIELD_INDEX, NO_MAP, convert_images, json_objects, names_pass, read_groups, row_maker
-from cdclake.formats.fields import element, json_object, name_text
+from cdclake.formats.columnar import FIELD_INDEX, NO_MAP, convert_images, json_objects, names_pass, row_maker
+from cdclake.formats.fields import element, json_object, name_text, operation_type
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image, text_converter
@@ -139,19 +139,101 @@ class CanalJsonParser(FormatParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     #: ``es`` and ``id`` are read with the table, before the types; the key before the rows.
     STEPS = ("table", "position", "column_types", "primary_key", "images")
     LEARNT = {"_key_reader": lambda parser: EnvelopeReader(parser.format_name)}
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for INSERT, UPDATE, DELETE and INIT
-        messages (not DDL, not TRUNCATE) whose ``data`` rows all name the same columns in the same
-        order, and an UPDATE's ``old`` rows only columns of its rows; the rows of each table plan
-        (table and ``mysqlType``) are converted column by column by the plan's converters. The
-        names, position, key and a delete's key image go through the functions :meth:`parse`
-        calls; anything else gives None: :meth:`parse` reads that record."""
-        return _fast_parse(self, records)
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[tuple, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for INSERT,
+        UPDATE, DELETE and INIT messages (not DDL, not TRUNCATE) whose ``data`` rows all name the same
+        columns in the same order, and an UPDATE's ``old`` rows only columns of its rows; the rows of
+        each table plan (table and ``mysqlType``) are converted column by column by the plan's
+        converters. The names, position, key and a delete's key image go through the functions
+        :meth:`parse` calls; anything else gives None: :meth:`parse` reads that record. Plan key
+        ``(database, table, mysqlType items)``; member ``(index, message, op, data, old)``."""
+        for i, msg in json_objects(records):
+            kind = msg.get("type")
+            if type(kind) is not str or msg.get("isDdl") in (True, "true"):
+                continue
+            op = ROW_TYPES.get(kind.upper())
+            database, table = msg.get("database") or None, msg.get("table") or None
+            data, old = msg.get("data"), msg.get("old")
+            if (op is None or type(table) is not str or (database is not None and type(database) is not str)
+                    or type(data) is not list or not data or type(data[0]) is not dict
+                    or (old is not None and (op != "update" or type(old) is not list))):
+                continue
+            mysql_types = msg.get("mysqlType")
+            mysql_types = mysql_types if isinstance(mysql_types, dict) else {}
+            yield (database, table, tuple(mysql_types.items())), (i, msg, op, data, old)
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The changes of one table plan's messages (``members``: index, message, op, data, old) into ``out``."""
+        database, table, items = key
+        try:
+            plan = self.kept(key, _TablePlan, self.options, dict(items), database, table)
+        except (TypeError, AttributeError, ValueError):
+            return
+        columns = tuple(members[0][3][0])
+        converters = [plan.converter(c) for c in columns]
+        names = list(columns)
+        types = plan.types
+        types_pair = (list(types), list(types.values()))
+        # every image of the group in one batch: (member, row, before?) → index in ``images``
+        images: list = []
+        slots: list[list[tuple[int, Optional[int]]]] = []
+        for i, msg, op, data, old in members:
+            rows = []
+            for r, row in enumerate(data):
+                after_at = len(images)
+                images.append(row)
+                before_at = None
+                if op == "update":
+                    old_row = old[r] if old and r < len(old) else None
+                    if old_row is not None:
+                        before_at = len(images)
+                        images.append({**row, **old_row} if type(row) is dict and type(old_row) is dict else None)
+                        if images[-1] is None or len(images[-1]) != len(row):
+                            before_at = -1  # not a dict, or names a column its row lacks: not read here
+                rows.append((after_at, before_at))
+            slots.append(rows)
+        texts, refused = convert_images(images, columns, converters)
+        checked: dict = {}  # names already checked (check_names), per primary key and before image
+        for (i, msg, op, data, old), rows in zip(members, slots):
+            if any(a in refused or b == -1 or (b is not None and b in refused) or images[a] is None for a, b in rows):
+                continue
+            try:
+                if op == "snapshot":
+                    ts_ms = element(FORMAT, msg.get("es"), "es", null=None)
+                    es, msg_id = INIT_POSITION
+                else:
+                    ts_ms = es = element(FORMAT, msg.get("es"), "es")
+                    msg_id = element(FORMAT, msg.get("id") or 0, "id")
+                pk_names = msg.get("pkNames")
+                read = read_key(records[i].key, self._key_reader)
+                pk = resolve_primary_key(FORMAT, plan.key_override,
+                                         [str(c) for c in pk_names] if isinstance(pk_names, list) else None,
+                                         list(read[0]) if read else None)
+                key_text = convert_image(FORMAT, read[0], plan.convert, "key") if read and op == "delete" else None
+                changes = []
+                for r, (a, b) in enumerate(rows):
+                    if op == "delete":
+                        image = key_delete_image(FORMAT, pk, dict(zip(names, texts[a])), key_text, f"data[{r}]",
+                                                 _DELETE_HINT)
+                        before, after = (list(image), list(image.values())), NO_MAP
+                    else:
+                        image = dict(zip(names, texts[a]))
+                        before, after = (NO_MAP if b is None else (names, texts[b])), (names, texts[a])
+                    if any(image.get(k) is None for k in pk):
+                        raise ValueError("primary key column missing or null")
+                    changes.append(_ROW(database, table, op, before, after, list(pk), types_pair, [es, msg_id, r],
+                                        ts_ms, r))
+                names_key = (key, tuple(pk), op, tuple(changes[0][_BEFORE][0] or ()))
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                continue
+            if names_pass(checked, names_key, lambda: ChangeRecord(
+                    FORMAT, database, None, table, op, dict.fromkeys(changes[0][_BEFORE][0] or ()),
+                    dict.fromkeys(names), pk, types)):
+                out[i] = changes
 
     def decode(self, record: KafkaRecord) -> Event:
         """The flat message, a JSON object."""
@@ -160,9 +242,7 @@ class CanalJsonParser(FormatParser):
     def control(self, event: Event) -> Optional[ParseResult]:
         """DDL (``isDdl``, or a DDL ``type``) but TRUNCATE; else the ``type`` and the names."""
         msg = event.message
-        kind = msg.get("type")
-        if not isinstance(kind, str) or not kind:
-            raise ParseError(FORMAT, "missing operation type", "type")
+        kind = operation_type(FORMAT, msg.get("type"), "type")
         kind = kind.upper()
         database = event.database = name_text(FORMAT, msg.get("database") or None, "database")
         table = event.table = name_text(FORMAT, msg.get("table") or None, "table")
@@ -250,98 +330,3 @@ class CanalJsonParser(FormatParser):
             for row, (before, after) in enumerate(event.rows)]
 
 
-def _fast_parse(parser: CanalJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`CanalJsonParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, list[tuple]] = {}
-    for i, msg in json_objects(records):
-        kind = msg.get("type")
-        if type(kind) is not str or msg.get("isDdl") in (True, "true"):
-            continue
-        op = ROW_TYPES.get(kind.upper())
-        database, table = msg.get("database") or None, msg.get("table") or None
-        data, old = msg.get("data"), msg.get("old")
-        if (op is None or type(table) is not str or (database is not None and type(database) is not str)
-                or type(data) is not list or not data or type(data[0]) is not dict
-                or (old is not None and (op != "update" or type(old) is not list))):
-            continue
-        mysql_types = msg.get("mysqlType")
-        mysql_types = mysql_types if isinstance(mysql_types, dict) else {}
-        try:
-            key = (database, table, tuple(mysql_types.items()))
-            hash(key)
-        except TypeError:
-            continue
-        groups.setdefault(key, []).append((i, msg, op, data, old))
-    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
-
-
-def _fast_group(parser: CanalJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
-                out: list) -> None:
-    """The changes of one table plan's messages (``members``: index, message, op, data, old) into ``out``."""
-    database, table, items = key
-    try:
-        plan = parser.kept(key, _TablePlan, parser.options, dict(items), database, table)
-    except (TypeError, AttributeError, ValueError):
-        return
-    columns = tuple(members[0][3][0])
-    converters = [plan.converter(c) for c in columns]
-    names = list(columns)
-    types = plan.types
-    types_pair = (list(types), list(types.values()))
-    # every image of the group in one batch: (member, row, before?) → index in ``images``
-    images: list = []
-    slots: list[list[tuple[int, Optional[int]]]] = []
-    for i, msg, op, data, old in members:
-        rows = []
-        for r, row in enumerate(data):
-            after_at = len(images)
-            images.append(row)
-            before_at = None
-            if op == "update":
-                old_row = old[r] if old and r < len(old) else None
-                if old_row is not None:
-                    before_at = len(images)
-                    images.append({**row, **old_row} if type(row) is dict and type(old_row) is dict else None)
-                    if images[-1] is None or len(images[-1]) != len(row):
-                        before_at = -1  # not a dict, or names a column its row lacks: not read here
-            rows.append((after_at, before_at))
-        slots.append(rows)
-    texts, refused = convert_images(images, columns, converters)
-    checked: dict = {}  # names already checked (check_names), per primary key and before image
-    for (i, msg, op, data, old), rows in zip(members, slots):
-        if any(a in refused or b == -1 or (b is not None and b in refused) or images[a] is None for a, b in rows):
-            continue
-        try:
-            if op == "snapshot":
-                ts_ms = element(FORMAT, msg.get("es"), "es", null=None)
-                es, msg_id = INIT_POSITION
-            else:
-                ts_ms = es = element(FORMAT, msg.get("es"), "es")
-                msg_id = element(FORMAT, msg.get("id") or 0, "id")
-            pk_names = msg.get("pkNames")
-            read = read_key(records[i].key, parser._key_reader)
-            pk = resolve_primary_key(FORMAT, plan.key_override,
-                                     [str(c) for c in pk_names] if isinstance(pk_names, list) else None,
-                                     list(read[0]) if read else None)
-            key_text = convert_image(FORMAT, read[0], plan.convert, "key") if read and op == "delete" else None
-            changes = []
-            for r, (a, b) in enumerate(rows):
-                if op == "delete":
-                    image = key_delete_image(FORMAT, pk, dict(zip(names, texts[a])), key_text, f"data[{r}]",
-                                             _DELETE_HINT)
-                    before, after = (list(image), list(image.values())), NO_MAP
-                else:
-                    image = dict(zip(names, texts[a]))
-                    before, after = (NO_MAP if b is None else (names, texts[b])), (names, texts[a])
-                if any(image.get(k) is None for k in pk):
-                    raise ValueError("primary key column missing or null")
-                changes.append(_ROW(database, table, op, before, after, list(pk), types_pair, [es, msg_id, r],
-                                    ts_ms, r))
-            names_key = (key, tuple(pk), op, tuple(changes[0][_BEFORE][0] or ()))
-        except Exception:  # noqa: BLE001  (the per-record parser reports it)
-            continue
-        if names_pass(checked, names_key, lambda: ChangeRecord(
-                FORMAT, database, None, table, op, dict.fromkeys(changes[0][_BEFORE][0] or ()), dict.fromkeys(names),
-                pk, types)):
-            out[i] = changes

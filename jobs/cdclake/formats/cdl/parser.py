@@ -50,7 +50,7 @@ without a schema. Primary key: configured → ``unique`` → Kafka key (a JSON o
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from cdclake.formats.base import Event
 from cdclake.formats.columnar import NO_MAP, convert_images, envelope_payloads, row_maker
@@ -241,22 +241,88 @@ class CdlJsonParser(ConnectJsonParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for row changes whose envelope
-        the value reader has met (a record read whole first teaches it): a payload (an object) with
-        ``message_version`` ``"1.0"`` or none, ``message_type`` ``"0"`` or none, an ``OPERATION``
-        of INSERT, UPDATE or DELETE (any case, blanks around), a text ``TABLE_NAME``, ``unique`` an
-        object or null, and ``data``/``before`` images null or holding exactly the columns of the
-        schema's ``data``/``before`` structs in their order. Records are grouped per envelope,
-        schema and table; each image column is converted over the group by the converter of the
-        column's field schema (what :meth:`parse` gives, value for value). The position, the
-        transaction id, the primary key, a delete's key image (``unique`` and Kafka key values) and
-        the names go through the functions :meth:`parse` calls. Anything else (heartbeats, other
-        versions, messages without a schema, images of another shape, any value a converter
-        refuses, anything those functions refuse) gives None: :meth:`parse` reads that record."""
-        return _fast_parse(self, records)
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for row
+        changes whose envelope the value reader has met (a record read whole first teaches it): a
+        payload (an object) with ``message_version`` ``"1.0"`` or none, ``message_type`` ``"0"`` or
+        none, an ``OPERATION`` of INSERT, UPDATE or DELETE (any case, blanks around), a text
+        ``TABLE_NAME``, ``unique`` an object or null, and ``data``/``before`` images null or holding
+        exactly the columns of the schema's ``data``/``before`` structs in their order. Records are
+        grouped per envelope, schema and table; each image column is converted over the group by the
+        converter of the column's field schema (what :meth:`parse` gives, value for value). The
+        position, the transaction id, the primary key, a delete's key image (``unique`` and Kafka key
+        values) and the names go through the functions :meth:`parse` calls. Anything else (heartbeats,
+        other versions, messages without a schema, images of another shape, any value a converter
+        refuses, anything those functions refuse) gives None: :meth:`parse` reads that record. Plan key
+        ``(envelope id, SEG_OWNER, TABLE_NAME)``; member ``(index, payload, op, Connect schema)``."""
+        for i, payload, schema, envelope in envelope_payloads(self._reader, records):
+            if type(payload) is not dict:
+                continue
+            version, message_type = payload.get("message_version"), payload.get("message_type")
+            if (version is not None and version != "1.0") or (message_type is not None and message_type != "0"):
+                continue
+            operation = payload.get("OPERATION")
+            if type(operation) is not str:
+                continue
+            op = OPS.get(operation) or OPS.get(operation.strip().upper())
+            table, owner = payload.get("TABLE_NAME"), payload.get("SEG_OWNER")
+            if op is None or type(table) is not str or not table:
+                continue
+            schema_name = owner if type(owner) is str and owner else None
+            yield (envelope, schema_name, table), (i, payload, op, schema)
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The changes of one table plan's records (``members``: index, payload, op, Connect schema: one
+        envelope's) into ``out``."""
+        envelope, schema_name, table = key
+        schema = members[0][3]
+        try:
+            plan = self.kept(("fast",) + key, _FastPlan, self.options, schema, schema_name, table)
+        except Exception:  # noqa: BLE001  (an unreadable field schema: parse() reports it)
+            return
+        columns, names = plan.columns, plan.names
+        if not columns:
+            return
+        afters, after_refused = convert_images([m[1].get("data") for m in members], columns, plan.converters)
+        befores, before_refused = convert_images([m[1].get("before") for m in members], columns, plan.converters)
+        override, types_pair, key_reader = plan.key_override, plan.types_pair, self._key_reader
+        for j, (i, payload, op, _) in enumerate(members):
+            if j in after_refused or j in before_refused:
+                continue
+            after, before = afters[j], befores[j]
+            if after is None and op != "delete":
+                continue
+            unique = payload.get("unique")
+            if unique is not None and type(unique) is not dict:
+                continue
+            try:
+                props = transaction_properties(payload)
+                position = source_position(payload, props)
+                tx_id = props.get("txId")
+                carried = list(unique) if unique else None
+                read = (read_key(records[i].key, key_reader) if op == "delete" or not (override or carried)
+                        else None)
+                pk = resolve_primary_key(FORMAT, override, carried, list(read[0]) if read else None)
+                if op == "delete":
+                    convert_key = plan.typed.convert_key
+                    key_text = convert_image(FORMAT, unique, convert_key, "unique") if unique else None
+                    if read:
+                        key_text = {**convert_image(FORMAT, read[0], convert_key, "key"), **(key_text or {})}
+                    image = key_delete_image(FORMAT, pk, None if before is None else dict(zip(names, before)),
+                                             key_text, "before", _DELETE_HINT)
+                    before_pair, after_pair = (list(image), list(image.values())), NO_MAP
+                else:
+                    at = plan.key_at(pk)
+                    if at is None or any(after[k] is None for k in at):
+                        continue
+                    before_pair, after_pair = (NO_MAP if before is None else (names, before)), (names, after)
+                if not plan.names_pass(schema_name, table, pk):
+                    continue
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                continue
+            out[i] = [_ROW(schema_name, table, op, before_pair, after_pair, pk, types_pair, list(position), position[1],
+                           None if tx_id is None else str(tx_id))]
 
     def control(self, event: Event) -> Optional[ParseResult]:
         """``message_version`` 1.0 only; heartbeats; else the ``OPERATION``."""
@@ -405,83 +471,3 @@ class _FastPlan:
         return at
 
 
-def _fast_parse(parser: CdlJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`CdlJsonParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, list[tuple]] = {}
-    schemas: dict[Any, Optional[dict]] = {}
-    for i, payload, schema, envelope in envelope_payloads(parser._reader, records):
-        if type(payload) is not dict:
-            continue
-        version, message_type = payload.get("message_version"), payload.get("message_type")
-        if (version is not None and version != "1.0") or (message_type is not None and message_type != "0"):
-            continue
-        operation = payload.get("OPERATION")
-        if type(operation) is not str:
-            continue
-        op = OPS.get(operation) or OPS.get(operation.strip().upper())
-        table, owner = payload.get("TABLE_NAME"), payload.get("SEG_OWNER")
-        if op is None or type(table) is not str or not table:
-            continue
-        schema_name = owner if type(owner) is str and owner else None
-        schemas[envelope] = schema
-        groups.setdefault((envelope, schema_name, table), []).append((i, payload, op))
-    for key, members in groups.items():
-        try:
-            _fast_group(parser, records, key, schemas[key[0]], members, out)
-        except Exception:  # noqa: BLE001  (parse() reads the group's records)
-            for i, _, _ in members:
-                out[i] = None
-    return out
-
-
-def _fast_group(parser: CdlJsonParser, records: list[KafkaRecord], key: tuple, schema: Optional[dict],
-                members: list[tuple], out: list) -> None:
-    """The changes of one table plan's records (``members``: index, payload, op) into ``out``."""
-    envelope, schema_name, table = key
-    try:
-        plan = parser.kept(("fast",) + key, _FastPlan, parser.options, schema, schema_name, table)
-    except Exception:  # noqa: BLE001  (an unreadable field schema: parse() reports it)
-        return
-    columns, names = plan.columns, plan.names
-    if not columns:
-        return
-    afters, after_refused = convert_images([m[1].get("data") for m in members], columns, plan.converters)
-    befores, before_refused = convert_images([m[1].get("before") for m in members], columns, plan.converters)
-    override, types_pair, key_reader = plan.key_override, plan.types_pair, parser._key_reader
-    for j, (i, payload, op) in enumerate(members):
-        if j in after_refused or j in before_refused:
-            continue
-        after, before = afters[j], befores[j]
-        if after is None and op != "delete":
-            continue
-        unique = payload.get("unique")
-        if unique is not None and type(unique) is not dict:
-            continue
-        try:
-            props = transaction_properties(payload)
-            position = source_position(payload, props)
-            tx_id = props.get("txId")
-            carried = list(unique) if unique else None
-            read = (read_key(records[i].key, key_reader) if op == "delete" or not (override or carried)
-                    else None)
-            pk = resolve_primary_key(FORMAT, override, carried, list(read[0]) if read else None)
-            if op == "delete":
-                convert_key = plan.typed.convert_key
-                key_text = convert_image(FORMAT, unique, convert_key, "unique") if unique else None
-                if read:
-                    key_text = {**convert_image(FORMAT, read[0], convert_key, "key"), **(key_text or {})}
-                image = key_delete_image(FORMAT, pk, None if before is None else dict(zip(names, before)),
-                                         key_text, "before", _DELETE_HINT)
-                before_pair, after_pair = (list(image), list(image.values())), NO_MAP
-            else:
-                at = plan.key_at(pk)
-                if at is None or any(after[k] is None for k in at):
-                    continue
-                before_pair, after_pair = (NO_MAP if before is None else (names, before)), (names, after)
-            if not plan.names_pass(schema_name, table, pk):
-                continue
-        except Exception:  # noqa: BLE001  (the per-record parser reports it)
-            continue
-        out[i] = [_ROW(schema_name, table, op, before_pair, after_pair, pk, types_pair, list(position), position[1],
-                       None if tx_id is None else str(tx_id))]

@@ -13,12 +13,11 @@ from cdclake.formats.base import Format
 from cdclake.formats.debezium.avro import FORMAT as AVRO_FORMAT, DebeziumAvroParser, registry_client, wire_parts, \
     wire_value
 from cdclake.formats.debezium.jsonschema import FORMAT as JSONSCHEMA_FORMAT, DebeziumJsonSchemaParser
-from cdclake.formats.debezium.fast import fast_changes
 from cdclake.formats.debezium.parser import FORMAT, DebeziumJsonParser
 from cdclake.formats.probe import Probe, confluent_body
 
 __all__ = ["AVRO_FORMAT", "FORMAT", "FORMATS", "JSONSCHEMA_FORMAT", "DebeziumAvroParser", "DebeziumJsonParser",
-           "DebeziumJsonSchemaParser", "fast_changes", "is_debezium", "is_debezium_avro", "is_debezium_jsonschema",
+           "DebeziumJsonSchemaParser", "is_debezium", "is_debezium_avro", "is_debezium_jsonschema",
            "registry_client", "wire_parts", "wire_value"]
 
 #: Debezium's schema change fields and heartbeat fields.

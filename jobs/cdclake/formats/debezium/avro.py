@@ -55,16 +55,17 @@ import json
 import struct
 import warnings
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import fastavro
 
 from cdclake.formats.base import Event, learnt_dict
 from cdclake.formats.connect import DECIMAL
-from cdclake.formats.debezium.fast import fast_changes
+from cdclake.formats.debezium.fast import fast_members
 from cdclake.formats.debezium.parser import DebeziumJsonParser
 from cdclake.formats.debezium.plan import FORMAT as JSON_FORMAT
 from cdclake.formats.fields import json_object, key_detail
+from cdclake.formats.json_values import map_leaves
 from cdclake.formats.text import float32_text
 from cdclake.errors import SchemaRegistryUnavailable, UnknownSchema
 from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult
@@ -212,13 +213,7 @@ def _f32(v: Any) -> Any:
 
 def _generic(v: Any) -> Any:
     """A value of a union of several types: bytes → Base64 text, containers walked."""
-    if isinstance(v, (bytes, bytearray)):
-        return _b64(v)
-    if isinstance(v, dict):
-        return {k: _generic(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_generic(x) for x in v]
-    return v
+    return map_leaves(v, _b64)
 
 
 def json_values(schema: Any, names: Optional[dict] = None, namespace: Optional[str] = None
@@ -450,11 +445,10 @@ class DebeziumAvroParser(DebeziumJsonParser):
             return None
         return values, dec.connect
 
-    FAST_PATH = True
-
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
         """The columnar fast path: each value decoded with its schema id's decoder, then
-        ``debezium-json``'s fast path on the payloads (:func:`cdclake.formats.debezium.fast_changes`).
+        ``debezium-json``'s members of the payloads (:func:`cdclake.formats.debezium.fast.fast_members`;
+        its :meth:`~DebeziumJsonParser.fast_group` converts them).
         A record whose value does not decode (or whose id the registry does not know) gives None;
         an unreachable registry raises :class:`SchemaRegistryUnavailable`, as :meth:`parse` does."""
         def payloads():
@@ -467,5 +461,5 @@ class DebeziumAvroParser(DebeziumJsonParser):
                 except ParseError:
                     continue
                 yield i, payload, dec.connect, ("avro", dec.schema_id)
-        return fast_changes(self, records, payloads())
+        return fast_members(self, records, payloads())
 

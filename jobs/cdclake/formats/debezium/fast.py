@@ -1,14 +1,14 @@
-"""The columnar fast path of ``debezium-json`` (:meth:`DebeziumJsonParser.fast_parse
-<cdclake.formats.debezium.parser.DebeziumJsonParser.fast_parse>`): a batch of change events grouped
+"""The columnar fast path of ``debezium-json`` (:meth:`DebeziumJsonParser.fast_members
+<cdclake.formats.debezium.parser.DebeziumJsonParser.fast_members>`): a batch of change events grouped
 by envelope and table, each image column converted over the batch by the table plan's converters
 (:mod:`cdclake.formats.columnar`), the key, the delete image, the position and the names through
 the functions the per-record parser calls (:mod:`cdclake.formats.debezium.plan`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
-from cdclake.formats.columnar import NO_MAP, connect_groups, convert_images, envelope_payloads, key_indices, names_pass, read_groups, row_maker
+from cdclake.formats.columnar import NO_MAP, connect_members, convert_images, key_indices, names_pass, row_maker
 from cdclake.formats.connect import (key_fields)
 from cdclake.formats.fields import kafka_key_text, optional_element
 from cdclake.formats.debezium.lindorm import is_lindorm
@@ -29,18 +29,11 @@ def _row_maker(fmt: str):
 _ROWS: dict = {}
 
 
-def _fast_parse(parser: DebeziumJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`DebeziumJsonParser.fast_parse`: see there."""
-    return fast_changes(parser, records, envelope_payloads(parser._reader, records))
-
-
-def fast_changes(parser: DebeziumJsonParser, records: list[KafkaRecord],
-                 payloads: Iterable[tuple[int, Any, Optional[dict], Any]]) -> list[Optional[list[tuple]]]:
-    """The fast path of :meth:`DebeziumJsonParser.fast_parse` on decoded payloads: ``payloads``
-    gives ``(index in records, payload, Connect schema, envelope id)`` for the records decoded
-    (others give None). Used by the formats that decode Debezium envelopes otherwise (Avro)."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-
+def fast_members(parser: DebeziumJsonParser, records: list[KafkaRecord],
+                 payloads: Iterable[tuple[int, Any, Optional[dict], Any]]) -> Iterator[tuple[tuple, tuple]]:
+    """:meth:`DebeziumJsonParser.fast_members` on decoded payloads: ``payloads`` gives ``(index in
+    records, payload, Connect schema, envelope id)`` for the records decoded (the others are left
+    to the per-record parser). Used by the formats that decode Debezium envelopes otherwise (Avro)."""
     def change_source(i: int, payload: dict) -> Optional[dict]:
         if not payload.keys() <= _FAST_MEMBERS:
             return None
@@ -51,11 +44,10 @@ def fast_changes(parser: DebeziumJsonParser, records: list[KafkaRecord],
             return None
         return source
 
-    groups = connect_groups(payloads, change_source)
-    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
+    return connect_members(payloads, change_source)
 
 
-def _fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
+def fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
                 out: list) -> None:
     """The changes of one table plan's records (``members``: index, payload, source, schema) into ``out``."""
     envelope, db, schema_name, table = key

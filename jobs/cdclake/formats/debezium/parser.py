@@ -21,7 +21,7 @@ a schema (numbers given for a ``timestamp`` column are read as epoch millisecond
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 from cdclake.formats.base import Event, learnt_dict
 from cdclake.formats.connect import (ConnectJsonParser, key_fields)
@@ -32,7 +32,8 @@ from cdclake.formats.options import key_delete_image, resolve_primary_key
 from cdclake.formats.text import convert_image
 from cdclake.record import ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.formats.debezium.plan import DEBEZIUM, FORMAT, NEW_KEY_HEADER, OLD_KEY_HEADER, OPS, _DELETE_HINT, _DELETE_HINT_PG, _TablePlan, _control, _key_value_text, header_key, source_position
-from cdclake.formats.debezium.fast import _fast_parse
+from cdclake.formats.columnar import envelope_payloads
+from cdclake.formats.debezium.fast import fast_group, fast_members
 
 class DebeziumJsonParser(ConnectJsonParser):
     """Parser of ``debezium-json`` records: ``DebeziumJsonParser(options).parse(KafkaRecord)``.
@@ -48,11 +49,10 @@ class DebeziumJsonParser(ConnectJsonParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     LEARNT = {"_fast_keys": learnt_dict, "_fast_names": learnt_dict}
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for change events whose
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for change events whose
         envelope the value reader has met (a record read whole first teaches it), of a known
         shape: a payload of ``before``, ``after``, ``source``, ``op`` (c, u, d, r), ``ts_ms``
         (``ts_us``, ``ts_ns``) and ``transaction`` only, a non-Lindorm ``source`` with text names,
@@ -60,8 +60,13 @@ class DebeziumJsonParser(ConnectJsonParser):
         the primary key (or a configured key). Each image column is converted over the batch by
         the table plan's converters; the key, the delete image, the position and the names go
         through the functions :meth:`parse` calls. Anything else (and any value a converter
-        refuses) gives None: :meth:`parse` reads that record."""
-        return _fast_parse(self, records)
+        refuses) gives None: :meth:`parse` reads that record. Plan key ``(envelope id, db,
+        schema, table)``; member ``(index, payload, source, Connect schema)``."""
+        return fast_members(self, records, envelope_payloads(self._reader, records))
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The changes of one plan's members (see :meth:`fast_members`) into ``out``."""
+        fast_group(self, records, key, members, out)
 
     def kafka_key(self, raw: Optional[bytes]) -> Optional[tuple[dict, Optional[dict]]]:
         """The Kafka key's ``(column → value, Connect schema or None)``, or None when there is none

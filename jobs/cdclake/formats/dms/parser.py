@@ -107,10 +107,9 @@ Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key`
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
-from cdclake.formats.columnar import JSON, change_row
 from cdclake.formats.fields import commit_time_ms, element, json_object, name_text, table_name
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
@@ -196,7 +195,6 @@ class AwsDmsJsonParser(FormatParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None):
         super().__init__(options)
@@ -219,37 +217,24 @@ class AwsDmsJsonParser(FormatParser):
 
     # -- the fast path --------------------------------------------------------------------------
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path for data records (load, insert, update, delete) and
-        truncates: each value is decoded with msgspec (:data:`cdclake.formats.columnar.JSON`,
-        equal to ``json.loads`` on every document both accept) and read by the very steps
-        :meth:`parse` runs, the table plans (configured types, one converter per column) kept per
-        table. None (:meth:`parse` reads that record) for an empty value, a document msgspec
-        refuses or that is not an object, a control record, any record a step refuses, a change
-        whose key has a null column and a name :func:`cdclake.names.check_names` refuses
-        (normalize quarantines those)."""
-        out: list[Optional[list[tuple]]] = [None] * len(records)
-        decode = JSON.decode
-        for i, rec in enumerate(records):
-            raw = rec.value
-            if not raw or type(raw) is not bytes:
-                continue
-            try:
-                msg = decode(raw)
-                if type(msg) is not dict:
-                    continue
-                event = self._event(rec, msg)
-                if self.control(event) is not None:
-                    continue
-                changes = self.changes(event)
-                if any(_null_key(c) for c in changes):
-                    continue
-                for change in changes:
-                    check_names(change)
-                out[i] = [change_row(c) for c in changes]
-            except Exception:  # noqa: BLE001  (the per-record parser reports it)
-                out[i] = None
-        return out
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for data
+        records (load, insert, update, delete) and truncates: each value is decoded with msgspec
+        (:data:`cdclake.formats.columnar.JSON`, equal to ``json.loads`` on every document both accept)
+        and read by the very steps :meth:`parse` runs (the default
+        :meth:`~cdclake.formats.base.FormatParser.fast_group`), the table plans (configured types, one
+        converter per column) kept per table. None (:meth:`parse` reads that record) for an empty value,
+        a document msgspec refuses or that is not an object, a control record, any record a step
+        refuses, and a change :meth:`fast_check` refuses (normalize quarantines those). One plan key
+        (None); member ``(index, Event)``."""
+        return self.json_event_members(records, self._event)
+
+    def fast_check(self, change: ChangeRecord) -> None:
+        """Raise for a change whose key has a null column or a name
+        :func:`cdclake.names.check_names` refuses."""
+        if _null_key(change):
+            raise ValueError("key column null")
+        check_names(change)
 
     # -- the steps ------------------------------------------------------------------------------
 

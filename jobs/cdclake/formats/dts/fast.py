@@ -6,9 +6,9 @@ image shape, the values read with the readers the per-record parser uses
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
-from cdclake.formats.columnar import NO_MAP, read_groups, row_maker
+from cdclake.formats.columnar import NO_MAP, row_maker
 from cdclake.formats.dts.schema import FORMAT, peek_operation, read_whole
 from cdclake.formats.dts.values import SourceInfo, read_column, value_text
 from cdclake.formats.json_values import read_key
@@ -34,10 +34,8 @@ _ROW = row_maker("source_database", "source_schema", "source_table", "op", "befo
                  "column_types", "source_position", "source_ts_ms", "tx_id", source_format=FORMAT)
 
 
-def _fast_parse(parser: DtsAvroParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`DtsAvroParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, list[tuple]] = {}
+def fast_members(parser: DtsAvroParser, records: list[KafkaRecord]) -> Iterator[tuple[tuple, tuple]]:
+    """:meth:`DtsAvroParser.fast_members`: see there."""
     for i, rec in enumerate(records):
         raw = rec.value
         try:
@@ -58,11 +56,7 @@ def _fast_parse(parser: DtsAvroParser, records: list[KafkaRecord]) -> list[Optio
                    source.datetime_fraction_ns)
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        members = groups.get(key)
-        if members is None:
-            members = groups[key] = []
-        members.append((i, msg, op, source))
-    return read_groups(groups, lambda key, members: _fast_group(parser, records, key, members, out), out)
+        yield key, (i, msg, op, source)
 
 
 def _rows(images: list, numbers: list, source: SourceInfo, memos: list) -> list:
@@ -127,7 +121,7 @@ def _texts(names: list, row: tuple, slots: list) -> Optional[tuple[list, list]]:
     return ([name for name, entry in zip(names, row) if entry[0] is not ABSENT] if absent else names), texts
 
 
-def _fast_group(parser: DtsAvroParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
+def fast_group(parser: DtsAvroParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
                 out: list) -> None:
     """The changes of one table plan's records (``members``: index, message, op, source) into ``out``."""
     object_name, fields = key[0], key[1]

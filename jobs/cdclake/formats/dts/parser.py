@@ -47,7 +47,7 @@ Options: those of :class:`cdclake.formats.options.SourceOptions` (``primary_key`
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from cdclake.formats.base import Event, FormatParser, learnt_dict
 from cdclake.formats.dts.schema import FORMAT, decode
@@ -58,7 +58,7 @@ from cdclake.formats.text import ABSENT, coerce_text
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult
 from cdclake.types import widen
 from cdclake.formats.dts.plan import CONTROL_OPERATIONS, ROW_OPERATIONS, _DELETE_HINT, _NAME_PART_RE, _TRUNCATE_RE, _txid, _unquote, parse_position, primary_key_info, split_object_name
-from cdclake.formats.dts.fast import _fast_parse
+from cdclake.formats.dts.fast import fast_group, fast_members
 
 class DtsAvroParser(FormatParser):
     """Parser of ``dts-avro`` records: ``DtsAvroParser(options).parse(KafkaRecord)``.
@@ -75,21 +75,25 @@ class DtsAvroParser(FormatParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     LEARNT = {"_fast_keys": learnt_dict, "_fast_carried": learnt_dict, "_fast_values": learnt_dict}
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for INSERT, UPDATE and DELETE
-        records (their ``operation`` peeked at before the value is read) that read as one whole
-        ``Record`` of the full schema, with a ``db.table`` or ``db.schema.table`` ``objectName``, a
-        ``fields`` list of distinct names and images as long as it. The records of one table plan
-        (``objectName``, ``fields``, source type) are read column by column with
-        :func:`~cdclake.formats.dts.values.read_value` (equal values of a column read once) and
-        rendered by the functions :meth:`parse` renders with; the names, key, delete image,
-        position and transaction go through the functions :meth:`parse` calls. Control records,
-        DDL (TRUNCATE included), records without ``bornTimestamp`` and anything refused (a value,
-        a name, a key, a position) give None: :meth:`parse` reads that record."""
-        return _fast_parse(self, records)
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for INSERT,
+        UPDATE and DELETE records (their ``operation`` peeked at before the value is read) that read as
+        one whole ``Record`` of the full schema, with a ``db.table`` or ``db.schema.table``
+        ``objectName``, a ``fields`` list of distinct names and images as long as it. The records of one
+        table plan (``objectName``, ``fields``, source type) are read column by column with
+        :func:`~cdclake.formats.dts.values.read_value` (equal values of a column read once) and rendered
+        by the functions :meth:`parse` renders with; the names, key, delete image, position and
+        transaction go through the functions :meth:`parse` calls. Control records, DDL (TRUNCATE
+        included), records without ``bornTimestamp`` and anything refused (a value, a name, a key, a
+        position) give None: :meth:`parse` reads that record. Plan key ``(objectName, fields' names and
+        type numbers, source type ...)``; member ``(index, record, op, SourceInfo)``."""
+        return fast_members(self, records)
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The changes of one plan's members (see :meth:`fast_members`) into ``out``."""
+        fast_group(self, records, key, members, out)
 
     def decode(self, record: KafkaRecord) -> Event:
         """The DTS Avro ``Record`` (:func:`cdclake.formats.dts.schema.decode`)."""

@@ -101,13 +101,14 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import msgspec
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser
-from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, names_pass, read_groups, row_maker
-from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, table_name
+from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, names_pass, row_maker
+from cdclake.formats.fields import element, json_object, kafka_key_text, name_text, operation_type, table_name
+from cdclake.formats.json_values import map_leaves
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import coerce_text, convert_image
 from cdclake.positions import binlog_file_number
@@ -201,13 +202,11 @@ def binlog_position(value: Any) -> tuple[int, int]:
 def plain_json(value: Any) -> Any:
     """``value`` with every ``Decimal`` inside lists and objects as a float (a JSON column's
     document, written as compact JSON text like every other format's)."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: plain_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_json(v) for v in value]
-    return value
+    return map_leaves(value, _float_decimal)
+
+
+def _float_decimal(v: Any) -> Any:
+    return float(v) if isinstance(v, Decimal) else v
 
 
 class _TablePlan(ConfiguredTypes):
@@ -256,7 +255,6 @@ class MaxwellJsonParser(FormatParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     #: The key is resolved before the images (a delete's image is completed from it).
     STEPS = ("table", "column_types", "primary_key", "images", "position")
 
@@ -268,17 +266,86 @@ class MaxwellJsonParser(FormatParser):
         self.kafka_order = mode == "kafka-order"
         super().__init__(options)
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for row changes (``insert``,
-        ``update``, ``delete``, ``bootstrap-insert``) with a ``data`` object and, for an update,
-        an ``old`` object naming only columns of ``data`` (or none): the images of each table
-        plan with the same columns in the same order are converted column by column by the
-        plan's converters. The key, a delete's key image, the position and the transaction
-        fields go through the functions :meth:`parse` calls. None (:meth:`parse` reads that
-        record) for anything else: JSON msgspec refuses, a control record, a field of another
-        type, a value a converter refuses, a key column missing or null, a name the pipeline
-        refuses."""
-        return _fast_parse(self, records)
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for row
+        changes (``insert``, ``update``, ``delete``, ``bootstrap-insert``) with a ``data`` object and,
+        for an update, an ``old`` object naming only columns of ``data`` (or none): the images of each
+        table plan with the same columns in the same order are converted column by column by the plan's
+        converters. The key, a delete's key image, the position and the transaction fields go through
+        the functions :meth:`parse` calls. None (:meth:`parse` reads that record) for anything else:
+        JSON msgspec refuses, a control record, a field of another type, a value a converter refuses, a
+        key column missing or null, a name the pipeline refuses. Plan key ``(database, table)``; member
+        ``(index, message, op, data, old)``."""
+        for i, msg in json_objects(records, FAST_JSON.decode):
+            kind = msg.get("type")
+            op = ROW_TYPES.get(kind) if type(kind) is str else None
+            database, table, data, old = msg.get("database"), msg.get("table"), msg.get("data"), msg.get("old")
+            if (op is None or type(table) is not str or not table
+                    or (database is not None and type(database) is not str)
+                    or type(data) is not dict or not data
+                    or (old is not None and (op != "update" or type(old) is not dict or not set(old) <= set(data)))):
+                continue
+            yield (database, table), (i, msg, op, data, old)
+
+    def fast_group(self, records: list[KafkaRecord], names: Any, members: list[tuple], out: list) -> None:
+        """The changes of one table's row records (``members``: index, message, op, data, old) into ``out``."""
+        database, table = names
+        plan = self.kept(names, _TablePlan, self.options, database, table)
+        types = plan.types
+        types_pair = (list(types), list(types.values()))
+        # every image (data, and an update's data overlaid with old) grouped by its columns
+        images: list = []
+        for _, _, op, data, old in members:
+            images.append(data)
+            images.append({**data, **old} if old is not None else None)
+        buckets: dict[tuple, list[int]] = {}
+        for n, image in enumerate(images):
+            if image is not None:
+                buckets.setdefault(tuple(image), []).append(n)
+        texts: list = [None] * len(images)
+        refused: set[int] = set()
+        for columns, at in buckets.items():
+            converted, bad = convert_images([images[n] for n in at], columns, [plan.converter(c) for c in columns])
+            names_list = list(columns)
+            for m, n in enumerate(at):
+                if m in bad:
+                    refused.add(n)
+                else:
+                    texts[n] = (names_list, converted[m])
+        checked: dict = {}
+        for j, (i, msg, op, data, old) in enumerate(members):
+            a, b = 2 * j, 2 * j + 1
+            if a in refused or b in refused:
+                continue
+            try:
+                carried = carried_key(msg.get("primary_key_columns"))
+                key = kafka_key(records[i].key)
+                key_cols = key_columns(key, data) if key else None
+                pk = resolve_primary_key(FORMAT, plan.key_override, carried, list(key_cols) if key_cols else None)
+                position, ts_ms, tx_id, tx_seq, tx_last = row_position(msg, op, self.kafka_order)
+                after_names, after_texts = texts[a]
+                if op == "delete":
+                    key_text = kafka_key_text(FORMAT, key_cols, plan.convert) if key_cols else None
+                    image = key_delete_image(FORMAT, pk, dict(zip(after_names, after_texts)), key_text, "data",
+                                             _DELETE_HINT)
+                    before, after = (list(image), list(image.values())), NO_MAP
+                else:
+                    image = dict(zip(after_names, after_texts))
+                    after = (after_names, after_texts)
+                    before = NO_MAP
+                    if op == "update":
+                        before = texts[b] if old is not None else (after_names, after_texts)
+                if any(image.get(k) is None for k in pk):
+                    continue
+                names_key = (op, tuple(pk), tuple(after_names), tuple(before[0] or ()))
+                if not names_pass(checked, names_key, lambda: ChangeRecord(
+                        FORMAT, database, None, table, op, dict.fromkeys(before[0] or ()),
+                        dict.fromkeys(after[0] or ()), pk, types)):
+                    continue
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                continue
+            out[i] = [_ROW(database, table, op, before, after, list(pk), types_pair, list(position), ts_ms, tx_id,
+                           tx_seq, tx_last)]
 
     def decode(self, record: KafkaRecord) -> Event:
         """The record, a JSON object (numbers with a fraction as ``Decimal``)."""
@@ -287,9 +354,7 @@ class MaxwellJsonParser(FormatParser):
     def control(self, event: Event) -> Optional[ParseResult]:
         """``type`` and ``database``; bootstrap start/end and DDL are control records."""
         msg = event.message
-        kind = msg.get("type")
-        if not isinstance(kind, str) or not kind:
-            raise ParseError(FORMAT, "missing operation type", "type")
+        kind = operation_type(FORMAT, msg.get("type"), "type")
         event.database = name_text(FORMAT, msg.get("database"), "database")
         if kind in CONTROL_TYPES:
             table = msg.get("table")
@@ -406,79 +471,3 @@ def row_position(msg: Mapping[str, Any], op: str, kafka_order: bool) -> tuple:
 # the columnar fast path
 
 
-def _fast_parse(parser: MaxwellJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`MaxwellJsonParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, list[tuple]] = {}
-    for i, msg in json_objects(records, FAST_JSON.decode):
-        kind = msg.get("type")
-        op = ROW_TYPES.get(kind) if type(kind) is str else None
-        database, table, data, old = msg.get("database"), msg.get("table"), msg.get("data"), msg.get("old")
-        if (op is None or type(table) is not str or not table or (database is not None and type(database) is not str)
-                or type(data) is not dict or not data
-                or (old is not None and (op != "update" or type(old) is not dict or not set(old) <= set(data)))):
-            continue
-        groups.setdefault((database, table), []).append((i, msg, op, data, old))
-    return read_groups(groups, lambda names, members: _fast_group(parser, records, names, members, out), out)
-
-
-def _fast_group(parser: MaxwellJsonParser, records: list[KafkaRecord], names: tuple, members: list[tuple],
-                out: list) -> None:
-    """The changes of one table's row records (``members``: index, message, op, data, old) into ``out``."""
-    database, table = names
-    plan = parser.kept(names, _TablePlan, parser.options, database, table)
-    types = plan.types
-    types_pair = (list(types), list(types.values()))
-    # every image (data, and an update's data overlaid with old) grouped by its columns
-    images: list = []
-    for _, _, op, data, old in members:
-        images.append(data)
-        images.append({**data, **old} if old is not None else None)
-    buckets: dict[tuple, list[int]] = {}
-    for n, image in enumerate(images):
-        if image is not None:
-            buckets.setdefault(tuple(image), []).append(n)
-    texts: list = [None] * len(images)
-    refused: set[int] = set()
-    for columns, at in buckets.items():
-        converted, bad = convert_images([images[n] for n in at], columns, [plan.converter(c) for c in columns])
-        names_list = list(columns)
-        for m, n in enumerate(at):
-            if m in bad:
-                refused.add(n)
-            else:
-                texts[n] = (names_list, converted[m])
-    checked: dict = {}
-    for j, (i, msg, op, data, old) in enumerate(members):
-        a, b = 2 * j, 2 * j + 1
-        if a in refused or b in refused:
-            continue
-        try:
-            carried = carried_key(msg.get("primary_key_columns"))
-            key = kafka_key(records[i].key)
-            key_cols = key_columns(key, data) if key else None
-            pk = resolve_primary_key(FORMAT, plan.key_override, carried, list(key_cols) if key_cols else None)
-            position, ts_ms, tx_id, tx_seq, tx_last = row_position(msg, op, parser.kafka_order)
-            after_names, after_texts = texts[a]
-            if op == "delete":
-                key_text = kafka_key_text(FORMAT, key_cols, plan.convert) if key_cols else None
-                image = key_delete_image(FORMAT, pk, dict(zip(after_names, after_texts)), key_text, "data",
-                                         _DELETE_HINT)
-                before, after = (list(image), list(image.values())), NO_MAP
-            else:
-                image = dict(zip(after_names, after_texts))
-                after = (after_names, after_texts)
-                before = NO_MAP
-                if op == "update":
-                    before = texts[b] if old is not None else (after_names, after_texts)
-            if any(image.get(k) is None for k in pk):
-                continue
-            names_key = (op, tuple(pk), tuple(after_names), tuple(before[0] or ()))
-            if not names_pass(checked, names_key, lambda: ChangeRecord(
-                    FORMAT, database, None, table, op, dict.fromkeys(before[0] or ()), dict.fromkeys(after[0] or ()),
-                    pk, types)):
-                continue
-        except Exception:  # noqa: BLE001  (the per-record parser reports it)
-            continue
-        out[i] = [_ROW(database, table, op, before, after, list(pk), types_pair, list(position), ts_ms, tx_id, tx_seq,
-                       tx_last)]

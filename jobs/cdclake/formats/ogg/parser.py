@@ -59,11 +59,10 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from cdclake.formats.base import ColumnPlan, Event, FormatParser
-from cdclake.formats.columnar import JSON, change_row
-from cdclake.formats.fields import element, split_quoted
+from cdclake.formats.fields import element, known_operation, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
 from cdclake.formats.text import EXACT, convert_image, parse_timestamp, text_converter, utc_ms
@@ -185,40 +184,25 @@ class OggJsonParser(FormatParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     #: The names and the position first, then the key, then the images (they need the key).
     STEPS = ("table", "position", "column_types", "primary_key", "images")
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The fast path: each value decoded with :data:`cdclake.formats.columnar.JSON` (msgspec)
-        and read by the row steps :meth:`parse` runs, with the table plans kept per table (the
-        converters of each column made once). An insert, update or delete whose images hold no
-        ``_isMissing`` flag and whose change the pipeline accepts (names, a non-null key) gives
-        its change row; anything else (a JSON document msgspec refuses, a truncate, a schema
-        document, any error) gives None: :meth:`parse` reads that record."""
-        out: list[Optional[list[tuple]]] = [None] * len(records)
-        decode = JSON.decode
-        checked: set = set()  # the names of changes already checked (check_names)
-        for i, rec in enumerate(records):
-            try:
-                msg = decode(rec.value)
-                if type(msg) is not dict or OPS.get(msg.get("op_type")) in (None, "truncate") or "$schema" in msg:
-                    continue
-                before, after = msg.get("before"), msg.get("after")
-                if any(type(im) is dict and any(k.endswith(MISSING_SUFFIX) for k in im) for im in (before, after)):
-                    continue
-                event = Event(rec, msg)
-                if self.control(event) is not None:
-                    continue
-                changes = self.changes(event)
-                rows = []
-                for c in changes:
-                    _check(c, checked)
-                    rows.append(change_row(c))
-            except Exception:  # noqa: BLE001  (the per-record parser reports it)
-                continue
-            out[i] = rows
-        return out
+    LEARNT = {"_fast_checked": lambda parser: set()}
+
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`): each value
+        decoded with :data:`cdclake.formats.columnar.JSON` (msgspec) and read by the row steps
+        :meth:`parse` runs (the default :meth:`~cdclake.formats.base.FormatParser.fast_group`),
+        with the table plans kept per table (the converters of each column made once). An
+        insert, update or delete whose images hold no ``_isMissing`` flag and whose change the
+        pipeline accepts (:meth:`fast_check`) gives its change row; anything else (a JSON
+        document msgspec refuses, a truncate, a schema document, any error) gives None:
+        :meth:`parse` reads that record. One plan key (None); member ``(index, Event)``."""
+        return self.json_event_members(records, _fast_event)
+
+    def fast_check(self, change: ChangeRecord) -> None:
+        """Raise where normalize would refuse the change (:func:`_check`)."""
+        _check(change, self._fast_checked)
 
     def decode(self, record: KafkaRecord) -> Event:
         """The operation, a JSON object."""
@@ -230,12 +214,8 @@ class OggJsonParser(FormatParser):
         if "$schema" in msg:
             title = msg.get("title")
             return ControlRecord("metadata", FORMAT, detail=title if isinstance(title, str) else None)
-        kind = msg.get("op_type")
-        if kind is None or kind == "":
-            raise ParseError(FORMAT, "missing operation type", "op_type")
-        if not isinstance(kind, str) or kind not in OPS:
-            raise ParseError(FORMAT, f"unknown operation type {kind!r} (expected I, U, D or T)", "op_type")
-        event.op = OPS[kind]
+        event.op = known_operation(FORMAT, msg.get("op_type"), OPS, "op_type", "operation type", "I, U, D or T",
+                                   blank_is_missing=True)
         return None
 
     def table(self, event: Event) -> None:
@@ -322,6 +302,16 @@ def op_ts_ms(value: Any) -> Optional[int]:
     except ValueError:
         raise ParseError(FORMAT, f"op_ts {value!r} is not a timestamp", "op_ts") from None
     return None if ts is None else utc_ms(ts)
+
+
+def _fast_event(record: KafkaRecord, msg: dict) -> Optional[Event]:
+    """The :class:`Event` of an insert, update or delete whose images hold no ``_isMissing`` flag;
+    None for another message (a truncate, a schema document ...)."""
+    if OPS.get(msg.get("op_type")) in (None, "truncate") or "$schema" in msg:
+        return None
+    if any(type(im) is dict and any(k.endswith(MISSING_SUFFIX) for k in im) for im in (msg.get("before"), msg.get("after"))):
+        return None
+    return Event(record, msg)
 
 
 def _check(c: ChangeRecord, checked: set) -> None:

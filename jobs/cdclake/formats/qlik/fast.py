@@ -6,7 +6,7 @@ functions the per-record parser calls.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator
 
 from cdclake.formats.columnar import NO_MAP, convert_images, row_maker
 from cdclake.formats.fields import integer
@@ -28,10 +28,8 @@ _ROWS = {fmt: row_maker("source_schema", "source_table", "op", "before", "after"
          for fmt in (JSON_FORMAT, AVRO_FORMAT)}
 
 
-def _fast_parse(parser: QlikParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`QlikParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    groups: dict[tuple, tuple] = {}
+def fast_members(parser: QlikParser, records: list[KafkaRecord]) -> Iterator[tuple[tuple, tuple]]:
+    """:meth:`QlikParser.fast_members`: see there."""
     memo: dict = {}
     for i, rec in enumerate(records):
         try:
@@ -53,27 +51,22 @@ def _fast_parse(parser: QlikParser, records: list[KafkaRecord]) -> list[Optional
                 row = message.get("beforeData")
             if type(row) is not dict:
                 continue
-            key = (id(table), tuple(row))
+            columns = tuple(row)
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = (table, key[1], [])
-        group[2].append((i, message, headers, op, row))
-    timestamps: dict = {}
-    for table, columns, members in groups.values():
-        try:
-            _fast_group(parser, table, columns, members, timestamps, out)
-        except Exception:  # noqa: BLE001  (the per-record parser reads the group)
-            for member in members:
-                out[member[0]] = None
-    return out
+        yield (id(table), columns), (i, message, headers, op, row, table)
 
 
-def _fast_group(parser: QlikParser, table: QlikTable, columns: tuple, members: list[tuple], timestamps: dict,
-                out: list) -> None:
-    """The changes of one table definition's records whose image names ``columns`` (``members``:
-    index, data message, headers, op, image) into ``out``."""
+#: Timestamps whose milliseconds a parser keeps (:attr:`QlikParser._fast_times`).
+_MAX_TIMES = 4096
+
+
+def fast_group(parser: QlikParser, records: list[KafkaRecord], key: tuple, members: list[tuple], out: list) -> None:
+    """The changes of one table definition's records whose image names the same columns (``key``:
+    the definition's id and the columns; ``members``: index, data message, headers, op, image,
+    definition) into ``out``."""
+    columns, table = key[1], members[0][5]
+    timestamps = parser._fast_times
     fmt, options = parser.format_name, parser.options
     make_row = _ROWS[fmt]
     known = table.by_name
@@ -99,7 +92,7 @@ def _fast_group(parser: QlikParser, table: QlikTable, columns: tuple, members: l
     column_masks: dict = {}
     change_masks: dict = {}
     timestamp_ms = parser._timestamp_ms
-    for j, (i, message, headers, op, row) in enumerate(members):
+    for j, (i, message, headers, op, row, _) in enumerate(members):
         if j in after_refused or j in before_refused:
             continue
         try:
@@ -134,6 +127,8 @@ def _fast_group(parser: QlikParser, table: QlikTable, columns: tuple, members: l
             if type(ts) is str:
                 ts_ms = timestamps.get(ts, timestamps)
                 if ts_ms is timestamps:
+                    if len(timestamps) >= _MAX_TIMES:
+                        timestamps.clear()
                     ts_ms = timestamps[ts] = timestamp_ms(ts)
             else:
                 ts_ms = timestamp_ms(ts)

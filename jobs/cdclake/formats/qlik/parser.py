@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import json
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from cdclake.formats.base import Event, FormatParser, learnt_dict
 from cdclake.formats.columnar import JSON
@@ -23,7 +23,7 @@ from cdclake.formats.text import parse_timestamp, utc_ms
 from cdclake.positions import as_element
 from cdclake.record import ChangeRecord, ControlRecord, KafkaRecord, ParseError, ParseResult, SchemaAwareParser, SchemaEntry
 from cdclake.formats.qlik.schema import JSON_FORMAT, OPS, REFRESH_POSITION, _DELETE_HINT
-from cdclake.formats.qlik.fast import _fast_parse
+from cdclake.formats.qlik.fast import fast_group, fast_members
 
 _NEVER_SEEN = "was never seen (its metadata message has not been landed): rerun this hour after it lands"
 #: The JSON text of :data:`ENVELOPE_SCHEMA` the Avro envelope is read with (parsed once per parser).
@@ -78,8 +78,7 @@ class QlikParser(FormatParser, SchemaAwareParser):
 
     format_name = ""
     STEPS = ("position", "table", "column_types", "primary_key", "images")
-    FAST_PATH = True
-    LEARNT = {"_cache": learnt_dict}
+    LEARNT = {"_cache": learnt_dict, "_fast_times": learnt_dict}
 
     def __init__(self, options: Optional[Mapping[str, Any]] = None, entries: Sequence[SchemaEntry] = ()):
         self._raw_options = dict(options or {})
@@ -114,26 +113,29 @@ class QlikParser(FormatParser, SchemaAwareParser):
         the entries it already holds; an entry with the same ``schema_id`` replaces the older)."""
         return type(self)(self._raw_options, list(self.entries.values()) + list(entries))
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for data messages (``DT``) whose
-        table definition the parser holds (found as :meth:`parse` finds it: ``messageSchemaId``;
-        ``qlik-avro``: an embedded ``messageSchema``; ``qlik-json``: ``externalSchemaId`` or the
-        table's name), with ``headers`` an object whose ``operation`` is REFRESH, INSERT, UPDATE
-        or DELETE. The records of each table definition whose image (``data``; a DELETE's
-        ``data``, else ``beforeData``) names the same columns in the same order are converted
-        column by column with :func:`~cdclake.formats.qlik.values.value_converter` (the converters
-        of :func:`value_text`); an UPDATE's ``beforeData`` must name those columns too. The
-        envelope and the data message are decoded with :data:`cdclake.formats.columnar.JSON`
-        (``qlik-json``) or the parser's own Avro decoding (``qlik-avro``); the table lookup,
-        masks, key, delete image, names, position, timestamp and transaction headers go through
-        the functions :meth:`parse` calls.
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for data
+        messages (``DT``) whose table definition the parser holds (found as :meth:`parse` finds it:
+        ``messageSchemaId``; ``qlik-avro``: an embedded ``messageSchema``; ``qlik-json``:
+        ``externalSchemaId`` or the table's name), with ``headers`` an object whose ``operation`` is
+        REFRESH, INSERT, UPDATE or DELETE. The records of each table definition whose image (``data``; a
+        DELETE's ``data``, else ``beforeData``) names the same columns in the same order are converted
+        column by column with :func:`~cdclake.formats.qlik.values.value_converter` (the converters of
+        :func:`value_text`); an UPDATE's ``beforeData`` must name those columns too. The envelope and
+        the data message are decoded with :data:`cdclake.formats.columnar.JSON` (``qlik-json``) or the
+        parser's own Avro decoding (``qlik-avro``); the table lookup, masks, key, delete image, names,
+        position, timestamp and transaction headers go through the functions :meth:`parse` calls.
 
         Left to :meth:`parse` (None): metadata messages, tombstones, a ``message`` given as JSON
         text, a data message whose definition is not held, and anything :meth:`parse` refuses or
         reads otherwise: an envelope or header of another shape, a malformed mask, a value a
         converter refuses (even in a column the mask leaves out), an image whose columns differ,
         a key column absent or null, a refused name."""
-        return _fast_parse(self, records)
+        return fast_members(self, records)
+
+    def fast_group(self, records: list[KafkaRecord], key: Any, members: list[tuple], out: list) -> None:
+        """The changes of one table definition's members (see :meth:`fast_members`) into ``out``."""
+        fast_group(self, records, key, members, out)
 
     def _fast_message(self, record: KafkaRecord, memo: dict) -> Optional[tuple]:
         """``(QlikTable, data message)`` of a data message the fast path reads, or None (raises

@@ -57,10 +57,10 @@ as Base64 text.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from cdclake.formats.base import ConfiguredTypes, Event, FormatParser, learnt_dict
-from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, read_groups, row_maker
+from cdclake.formats.columnar import NO_MAP, convert_images, json_objects, row_maker
 from cdclake.formats.fields import commit_time_ms, element, json_object, split_quoted
 from cdclake.formats.json_values import load_json, read_key
 from cdclake.formats.options import key_delete_image, resolve_primary_key
@@ -161,24 +161,92 @@ class ShareplexJsonParser(FormatParser):
     """
 
     format_name = FORMAT
-    FAST_PATH = True
     #: The table is read with the operation (control records carry it too).
     STEPS = ("column_types", "images", "primary_key", "position")
     LEARNT = {"_fast_targets": learnt_dict, "_fast_times": learnt_dict, "_fast_keys": learnt_dict}
 
-    def fast_parse(self, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-        """The columnar fast path (:mod:`cdclake.formats.columnar`) for insert, update and delete
-        operations (``meta.op`` in any of its spellings, not ``TRUNCATE``, ``DROP COLUMN`` or
-        ``UPDATE BEFORE``): a ``meta`` object naming the table, a ``data`` object and, when present,
-        a ``key`` object. The images of each table plan (table and configured ``column_types``)
-        are converted column by column by the plan's converters, images of the same columns in
-        the same order together (an update's ``data`` holds only its changed columns). The
-        operation, the table's name, the primary key, a delete's key image, ``(scn, seq)``,
-        ``seq``/``size``/``idx`` and the commit time go through the functions :meth:`parse` calls.
-        None (:meth:`parse` reads that record) for anything else: unreadable JSON, a control
-        record, a field of the wrong type, a value a converter refuses, a primary key that cannot
-        be resolved or has a null or missing column, a name the pipeline refuses."""
-        return _fast_parse(self, records)
+    def fast_members(self, records: list[KafkaRecord]) -> Iterator[tuple[Any, tuple]]:
+        """The columnar fast path (:meth:`~cdclake.formats.base.FormatParser.fast_parse`) for insert,
+        update and delete operations (``meta.op`` in any of its spellings, not ``TRUNCATE``, ``DROP
+        COLUMN`` or ``UPDATE BEFORE``): a ``meta`` object naming the table, a ``data`` object and, when
+        present, a ``key`` object. The images of each table plan (table and configured ``column_types``)
+        are converted column by column by the plan's converters, images of the same columns in the same
+        order together (an update's ``data`` holds only its changed columns). The operation, the table's
+        name, the primary key, a delete's key image, ``(scn, seq)``, ``seq``/``size``/``idx`` and the
+        commit time go through the functions :meth:`parse` calls. None (:meth:`parse` reads that record)
+        for anything else: unreadable JSON, a control record, a field of the wrong type, a value a
+        converter refuses, a primary key that cannot be resolved or has a null or missing column, a name
+        the pipeline refuses. Plan key ``(schema, table)``; member ``(index, meta, op, data, key)``."""
+        targets = self._fast_targets
+        for i, msg in json_objects(records):
+            meta, data, key = msg.get("meta"), msg.get("data"), msg.get("key")
+            if type(meta) is not dict or type(data) is not dict or (key is not None and type(key) is not dict):
+                continue
+            op, name = meta.get("op"), meta.get("table")
+            if type(op) is not str or type(name) is not str:
+                continue
+            target = targets.get((op, name), False)
+            if target is False:
+                target = _fast_target(op, name)
+                _keep(targets, (op, name), target)
+            if target is None:
+                continue
+            yield target[1], (i, meta, target[0], data, key)
+
+    def fast_group(self, records: list[KafkaRecord], names: Any, members: list[tuple], out: list) -> None:
+        """The changes of one table's operations (``members``: index, meta, op, data, key) into ``out``."""
+        schema, table = names
+        plan = self.kept(names, ConfiguredTypes, self.options, None, schema, table)
+        types = plan.types
+        override = self.options.key_override(None, schema, table)
+        types_pair = (list(types), list(types.values()))
+        count = len(members)
+        images, refused = _convert_images(plan, [m[3] for m in members] + [m[4] for m in members])
+        shapes: dict[tuple, Optional[tuple]] = {}
+        for j, (i, meta, op, _, _) in enumerate(members):
+            if j in refused or j + count in refused:
+                continue
+            data_cols, data_names, data_texts = images[j]
+            key_cols, key_names, key_texts = images[j + count] or ((), None, None)
+            try:
+                raw_key = records[i].key
+                kafka_key = _kafka_key(self, raw_key) if raw_key else None
+                kafka_cols = tuple(kafka_key[0]) if kafka_key else ()
+                shape_key = (op, data_cols, key_cols, kafka_cols)
+                shape = shapes.get(shape_key, False)
+                if shape is False:
+                    shape = shapes[shape_key] = _shape(self, names, types, override, *shape_key)
+                if shape is None:
+                    continue
+                pk, at = shape
+                kafka_key_text = convert_image(FORMAT, kafka_key[0], plan.convert, "key") if kafka_key else None
+                if op == "insert":
+                    if None in [data_texts[k] for k in at]:
+                        continue
+                    before, after = NO_MAP, (data_names, data_texts)
+                else:
+                    image = dict(zip(key_cols, key_texts)) if key_cols else {}
+                    image.update(zip(data_cols, data_texts))
+                    if op == "update":
+                        before = NO_MAP if key_names is None else (key_names, key_texts)
+                        if kafka_key_text:
+                            for col in pk:
+                                if col not in image and col in kafka_key_text:
+                                    image[col] = kafka_key_text[col]
+                        after = (list(image), list(image.values()))
+                    else:
+                        image = key_delete_image(FORMAT, pk, image, kafka_key_text, "data", _DELETE_HINT)
+                        before, after = (list(image), list(image.values())), NO_MAP
+                    if None in [image.get(k) for k in pk]:
+                        continue
+                tx_seq, tx_size = meta_idx(meta)
+                position = list(source_position(meta))
+                ts_ms = _commit_ms(self, meta)
+                trans = meta.get("trans")
+            except Exception:  # noqa: BLE001  (the per-record parser reports it)
+                continue
+            out[i] = [_ROW(schema, table, op, before, after, list(pk), types_pair, position, ts_ms,
+                           None if trans is None else str(trans), tx_seq, tx_size)]
 
     def decode(self, record: KafkaRecord) -> Event:
         """The operation, a JSON object, with its ``meta`` block (required)."""
@@ -270,28 +338,6 @@ class ShareplexJsonParser(FormatParser):
         event.tx_id = None if trans is None else str(trans)
 
 
-def _fast_parse(parser: ShareplexJsonParser, records: list[KafkaRecord]) -> list[Optional[list[tuple]]]:
-    """:meth:`ShareplexJsonParser.fast_parse`: see there."""
-    out: list[Optional[list[tuple]]] = [None] * len(records)
-    targets = parser._fast_targets
-    groups: dict[tuple, list[tuple]] = {}
-    for i, msg in json_objects(records):
-        meta, data, key = msg.get("meta"), msg.get("data"), msg.get("key")
-        if type(meta) is not dict or type(data) is not dict or (key is not None and type(key) is not dict):
-            continue
-        op, name = meta.get("op"), meta.get("table")
-        if type(op) is not str or type(name) is not str:
-            continue
-        target = targets.get((op, name), False)
-        if target is False:
-            target = _fast_target(op, name)
-            _keep(targets, (op, name), target)
-        if target is None:
-            continue
-        groups.setdefault(target[1], []).append((i, meta, target[0], data, key))
-    return read_groups(groups, lambda names, members: _fast_group(parser, records, names, members, out), out)
-
-
 def _keep(cache: dict, key: Any, value: Any) -> None:
     """``cache[key] = value``, the cache started anew past :data:`_MAX_KEPT` entries."""
     if len(cache) >= _MAX_KEPT:
@@ -309,63 +355,6 @@ def _fast_target(op: str, name: str) -> Optional[tuple[str, tuple[Optional[str],
     except ParseError:
         return None
     return (kind, names) if kind in ("insert", "update", "delete") else None
-
-
-def _fast_group(parser: ShareplexJsonParser, records: list[KafkaRecord], names: tuple, members: list[tuple],
-                out: list) -> None:
-    """The changes of one table's operations (``members``: index, meta, op, data, key) into ``out``."""
-    schema, table = names
-    plan = parser.kept(names, ConfiguredTypes, parser.options, None, schema, table)
-    types = plan.types
-    override = parser.options.key_override(None, schema, table)
-    types_pair = (list(types), list(types.values()))
-    count = len(members)
-    images, refused = _convert_images(plan, [m[3] for m in members] + [m[4] for m in members])
-    shapes: dict[tuple, Optional[tuple]] = {}
-    for j, (i, meta, op, _, _) in enumerate(members):
-        if j in refused or j + count in refused:
-            continue
-        data_cols, data_names, data_texts = images[j]
-        key_cols, key_names, key_texts = images[j + count] or ((), None, None)
-        try:
-            raw_key = records[i].key
-            kafka_key = _kafka_key(parser, raw_key) if raw_key else None
-            kafka_cols = tuple(kafka_key[0]) if kafka_key else ()
-            shape_key = (op, data_cols, key_cols, kafka_cols)
-            shape = shapes.get(shape_key, False)
-            if shape is False:
-                shape = shapes[shape_key] = _shape(parser, names, types, override, *shape_key)
-            if shape is None:
-                continue
-            pk, at = shape
-            kafka_key_text = convert_image(FORMAT, kafka_key[0], plan.convert, "key") if kafka_key else None
-            if op == "insert":
-                if None in [data_texts[k] for k in at]:
-                    continue
-                before, after = NO_MAP, (data_names, data_texts)
-            else:
-                image = dict(zip(key_cols, key_texts)) if key_cols else {}
-                image.update(zip(data_cols, data_texts))
-                if op == "update":
-                    before = NO_MAP if key_names is None else (key_names, key_texts)
-                    if kafka_key_text:
-                        for col in pk:
-                            if col not in image and col in kafka_key_text:
-                                image[col] = kafka_key_text[col]
-                    after = (list(image), list(image.values()))
-                else:
-                    image = key_delete_image(FORMAT, pk, image, kafka_key_text, "data", _DELETE_HINT)
-                    before, after = (list(image), list(image.values())), NO_MAP
-                if None in [image.get(k) for k in pk]:
-                    continue
-            tx_seq, tx_size = meta_idx(meta)
-            position = list(source_position(meta))
-            ts_ms = _commit_ms(parser, meta)
-            trans = meta.get("trans")
-        except Exception:  # noqa: BLE001  (the per-record parser reports it)
-            continue
-        out[i] = [_ROW(schema, table, op, before, after, list(pk), types_pair, position, ts_ms,
-                       None if trans is None else str(trans), tx_seq, tx_size)]
 
 
 def _convert_images(plan: ConfiguredTypes, images: list) -> tuple[list, set[int]]:
