@@ -170,7 +170,8 @@ def key_indices(cache: dict, key: Any, names: Sequence[str], pk: Sequence[str]) 
 def names_pass(checked: dict, key: Any, change: Callable[[], ChangeRecord]) -> bool:
     """Whether the change ``change()`` makes passes :func:`cdclake.names.check_names` (a change
     carrying the names of the records ``key`` stands for); the verdict is kept in ``checked`` under
-    ``key`` (up to :data:`MAX_CHECKED` keys), so each name set is checked once."""
+    ``key`` (up to :data:`MAX_CHECKED` keys), so each name set is checked once. A hot loop asks
+    ``checked.get(key) or names_pass(checked, key, ...)``: a name set that passed costs one lookup."""
     ok = checked.get(key)
     if ok is None:
         try:

@@ -310,10 +310,10 @@ class AliyunJsonParser(FormatParser):
                 change = _ROW(database, schema_name, table, op, before, after, list(pk), types_pair, list(position),
                               ts_ms)
                 names_key = (tuple(pk), op, tuple(before[0] or ()), a is None)
-                if not names_pass(checked, names_key, lambda: ChangeRecord(
+                if not (checked.get(names_key) or names_pass(checked, names_key, lambda: ChangeRecord(
                         FORMAT, database, schema_name, table, op,
                         None if before[0] is None else dict.fromkeys(before[0]),
-                        None if a is None else dict.fromkeys(names), pk, plan.types)):
+                        None if a is None else dict.fromkeys(names), pk, plan.types))):
                     continue
             except Exception:  # noqa: BLE001  (the per-record parser reports it)
                 continue

@@ -410,9 +410,8 @@ def _fast_columns(parser: ArcionJsonParser, records: list[KafkaRecord], key: tup
             continue
         # every name the change carries is among these: the key, the columns, the types' columns
         name_key = (key, tuple(pk), columns)
-        if not names_pass(checked, name_key, lambda: ChangeRecord(FORMAT, db, schema_name, table, op,
-                                                                  dict.fromkeys(names), dict.fromkeys(names), pk,
-                                                                  types)):
+        if not (checked.get(name_key) or names_pass(checked, name_key, lambda: ChangeRecord(
+                FORMAT, db, schema_name, table, op, dict.fromkeys(names), dict.fromkeys(names), pk, types))):
             continue
         out[i] = [_ROW(db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
                        list(pk), types_pair, position, ts, tx_id)]

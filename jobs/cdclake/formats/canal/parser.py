@@ -230,9 +230,9 @@ class CanalJsonParser(FormatParser):
                 names_key = (key, tuple(pk), op, tuple(changes[0][_BEFORE][0] or ()))
             except Exception:  # noqa: BLE001  (the per-record parser reports it)
                 continue
-            if names_pass(checked, names_key, lambda: ChangeRecord(
+            if (checked.get(names_key) or names_pass(checked, names_key, lambda: ChangeRecord(
                     FORMAT, database, None, table, op, dict.fromkeys(changes[0][_BEFORE][0] or ()),
-                    dict.fromkeys(names), pk, types)):
+                    dict.fromkeys(names), pk, types))):
                 out[i] = changes
 
     def decode(self, record: KafkaRecord) -> Event:

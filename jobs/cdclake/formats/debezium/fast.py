@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
-from cdclake.formats.columnar import NO_MAP, connect_members, convert_images, key_indices, names_pass, row_maker
+from cdclake.formats.columnar import NO_MAP, source_names, convert_images, key_indices, names_pass, row_maker
 from cdclake.formats.connect import (key_fields)
 from cdclake.formats.fields import kafka_key_text, optional_element
 from cdclake.formats.debezium.lindorm import is_lindorm
@@ -33,24 +33,27 @@ def fast_members(parser: DebeziumJsonParser, records: list[KafkaRecord],
                  payloads: Iterable[tuple[int, Any, Optional[dict], Any]]) -> Iterator[tuple[tuple, tuple]]:
     """:meth:`DebeziumJsonParser.fast_members` on decoded payloads: ``payloads`` gives ``(index in
     records, payload, Connect schema, envelope id)`` for the records decoded (the others are left
-    to the per-record parser). Used by the formats that decode Debezium envelopes otherwise (Avro)."""
-    def change_source(i: int, payload: dict) -> Optional[dict]:
-        if not payload.keys() <= _FAST_MEMBERS:
-            return None
-        if records[i].headers and any(h in _KEY_HEADERS for h, _ in records[i].headers):
-            return None  # a half of a primary key change: the per-record parser pairs them
-        op, source = payload.get("op"), payload.get("source")
-        if type(source) is not dict or op not in _FAST_OPS or is_lindorm(source):
-            return None
-        return source
-
-    return connect_members(payloads, change_source)
+    to the per-record parser). Used by the formats that decode Debezium envelopes otherwise (Avro).
+    Plan key ``(envelope id, source.db, source.schema, source.table)`` as the message holds them
+    (:func:`fast_group` checks they are names); member ``(index, payload, source, Connect schema)``."""
+    for i, payload, schema, envelope in payloads:
+        if type(payload) is not dict or not payload.keys() <= _FAST_MEMBERS:
+            continue
+        headers = records[i].headers
+        if headers and any(h in _KEY_HEADERS for h, _ in headers):
+            continue  # a half of a primary key change: the per-record parser pairs them
+        source = payload.get("source")
+        if type(source) is not dict or payload.get("op") not in _FAST_OPS or is_lindorm(source):
+            continue
+        yield (envelope, source.get("db"), source.get("schema"), source.get("table")), (i, payload, source, schema)
 
 
 def fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tuple, members: list[tuple],
                 out: list) -> None:
     """The changes of one table plan's records (``members``: index, payload, source, schema) into ``out``."""
     envelope, db, schema_name, table = key
+    if source_names({"db": db, "schema": schema_name, "table": table}) is None:
+        return
     make_row = _ROWS.get(parser.format_name) or _ROWS.setdefault(parser.format_name, _row_maker(parser.format_name))
     try:
         plan = parser.kept(key, _TablePlan, parser.options, members[0][3], db, schema_name, table)
@@ -101,7 +104,9 @@ def fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tupl
                 name_key = (key, tuple(pk), tuple(image))
             else:
                 name_key = (key, tuple(pk))
-                at = key_indices(where, name_key, names, pk)
+                at = where.get(name_key, where)
+                if at is where:
+                    at = key_indices(where, name_key, names, pk)
                 if at is None or any(after[k] is None for k in at):
                     continue
                 before_pair = NO_MAP if before is None else (names, before)
@@ -121,9 +126,9 @@ def fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tupl
             tx_seq = optional_element(FORMAT, transaction.get("total_order"), "transaction.total_order")
         except Exception:  # noqa: BLE001  (the per-record parser reports it)
             continue
-        if not names_pass(checked, name_key, lambda: ChangeRecord(
+        if not (checked.get(name_key) or names_pass(checked, name_key, lambda: ChangeRecord(
                 FORMAT, db, schema_name, table, op, dict.fromkeys(before_pair[0] or ()), dict.fromkeys(names), pk,
-                types)):
+                types))):
             continue
         out[i] = [make_row(db, schema_name, table, op, before_pair, NO_MAP if after is None else (names, after),
                            list(pk), types_pair, position, ts, None if tx_id is None else str(tx_id), tx_seq)]

@@ -338,9 +338,9 @@ class MaxwellJsonParser(FormatParser):
                 if any(image.get(k) is None for k in pk):
                     continue
                 names_key = (op, tuple(pk), tuple(after_names), tuple(before[0] or ()))
-                if not names_pass(checked, names_key, lambda: ChangeRecord(
+                if not (checked.get(names_key) or names_pass(checked, names_key, lambda: ChangeRecord(
                         FORMAT, database, None, table, op, dict.fromkeys(before[0] or ()),
-                        dict.fromkeys(after[0] or ()), pk, types)):
+                        dict.fromkeys(after[0] or ()), pk, types))):
                     continue
             except Exception:  # noqa: BLE001  (the per-record parser reports it)
                 continue
