@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from cdclake.formats.base import ColumnPlan, Event, FormatParser
-from cdclake.formats.columnar import FIELD_INDEX, NO_MAP, convert_images, json_objects, names_pass, row_maker
+from cdclake.formats.columnar import FIELD_INDEX, JSON, NO_MAP, convert_images, names_pass, row_maker
 from cdclake.formats.fields import element, json_object, name_text, operation_type
 from cdclake.formats.json_values import EnvelopeReader, load_json, read_key
 from cdclake.formats.options import SourceOptions, key_delete_image, resolve_primary_key
@@ -151,8 +151,13 @@ class CanalJsonParser(FormatParser):
         converters. The names, position, key and a delete's key image go through the functions
         :meth:`parse` calls; anything else gives None: :meth:`parse` reads that record. Plan key
         ``(database, table, mysqlType items)``; member ``(index, message, op, data, old)``."""
-        for i, msg in json_objects(records):
-            kind = msg.get("type")
+        decode = JSON.decode
+        for i, rec in enumerate(records):
+            try:
+                msg = decode(rec.value)
+                kind = msg.get("type")
+            except (ValueError, TypeError, AttributeError):  # not JSON, not an object
+                continue
             if type(kind) is not str or msg.get("isDdl") in (True, "true"):
                 continue
             op = ROW_TYPES.get(kind.upper())
