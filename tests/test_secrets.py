@@ -208,3 +208,19 @@ def test_the_gate_resolves_through_airflow(conns):
     cfg = load_pipeline(_pipeline("gate"), connections=airflow_connection)
     assert cfg.kafka.client["sasl.username"] == "lander" and cfg.catalog.user == "lake_user"
     assert os.environ.get("CDC_CONNECTION_KAFKA_SASL") is None
+
+
+@pytest.mark.parametrize("value, message", [
+    ('{"host": ', "connection 'kafka_main' is not valid JSON"),
+    ('{"host": "b1:9092", "extra": "{not json"}', "connection 'kafka_main': its extra is not valid JSON"),
+    ('{"host": "b1:9092", "extra": "[1]"}', "connection 'kafka_main': its extra is not a JSON object"),
+    ('{"host": "b1:9092", "extra": 5}', "connection 'kafka_main': its extra is not a JSON object"),
+    ("b1:9092", "connection 'kafka_main' is neither a JSON object nor a connection URI"),
+])
+def test_a_malformed_connection_is_named_without_its_value(value, message):
+    from cdclake.config.connections import parse_connection
+
+    with pytest.raises(ConfigError) as err:
+        parse_connection(value, "kafka_main")
+    assert str(err.value) == message
+    assert "b1:9092" not in str(err.value)

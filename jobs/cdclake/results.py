@@ -21,6 +21,7 @@ Counts are numbers of things (records, rows, keys), never bytes.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
@@ -53,8 +54,9 @@ class _ReadsAsMapping(Mapping):
     """A result that reads as the mapping :meth:`_mapping` gives: ``result[key]``, ``get``,
     ``items``, ``len``, and ``==`` any mapping with the same items."""
 
+    @abstractmethod
     def _mapping(self) -> Mapping:
-        raise NotImplementedError
+        """The items the result reads as."""
 
     def __getitem__(self, key):
         return self._mapping()[key]

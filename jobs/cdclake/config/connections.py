@@ -35,12 +35,7 @@ def parse_connection(value: str, conn_id: str, where: str = "") -> dict[str, Any
     what = f"connection {conn_id!r}{f' ({where})' if where else ''}"
     text = value.strip()
     if text.startswith("{"):
-        try:
-            fields = json.loads(text)
-        except ValueError:
-            raise ConfigError(f"{what} is not valid JSON") from None
-        if not isinstance(fields, dict):
-            raise ConfigError(f"{what} is not a JSON object")
+        fields = _json_object(text, what)
     else:
         try:
             fields = _connection_from_uri(text)
@@ -48,10 +43,7 @@ def parse_connection(value: str, conn_id: str, where: str = "") -> dict[str, Any
             raise ConfigError(f"{what} is neither a JSON object nor a connection URI") from None
     extra = fields.get("extra") or {}
     if isinstance(extra, str):
-        try:
-            extra = json.loads(extra)
-        except ValueError:
-            raise ConfigError(f"{what}: its extra is not valid JSON") from None
+        extra = _json_object(extra, f"{what}: its extra")
     if not isinstance(extra, dict):
         raise ConfigError(f"{what}: its extra is not a JSON object")
     port = fields.get("port")
@@ -62,6 +54,18 @@ def parse_connection(value: str, conn_id: str, where: str = "") -> dict[str, Any
     return {"conn_type": fields.get("conn_type"), "host": fields.get("host") or None, "port": port,
             "login": fields.get("login") or None, "password": fields.get("password") or None,
             "schema": fields.get("schema") or None, "extra": extra}
+
+
+def _json_object(text: str, what: str) -> dict:
+    """The JSON object ``text`` holds; :class:`ConfigError` naming ``what`` (never the text, which
+    may hold a secret) when it is not valid JSON or not an object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"{what} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} is not a JSON object")
+    return value
 
 
 def _connection_from_uri(uri: str) -> dict[str, Any]:

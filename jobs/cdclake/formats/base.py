@@ -34,6 +34,7 @@ plans of :meth:`kept`, a format's readers) is dropped when it is pickled to a Sp
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
@@ -336,7 +337,7 @@ class FormatParser:
             tx_size=event.tx_size)]
 
 
-class ColumnPlan:
+class ColumnPlan(ABC):
     """A table plan's converters, one per column (JSON value → canonical text), each made on first
     use by :meth:`make_converter`, which a format's plan gives. :meth:`convert` raises what the
     converter raises (``ValueError`` for a value that does not fit)."""
@@ -344,9 +345,9 @@ class ColumnPlan:
     def __init__(self) -> None:
         self._converters: dict[str, Callable[[Any], Any]] = {}
 
+    @abstractmethod
     def make_converter(self, col: str) -> Callable[[Any], Any]:
         """The converter of column ``col``."""
-        raise NotImplementedError
 
     def converter(self, col: str) -> Callable[[Any], Any]:
         """The converter of column ``col``, made once."""

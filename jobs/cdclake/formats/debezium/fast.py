@@ -52,7 +52,7 @@ def fast_group(parser: DebeziumJsonParser, records: list[KafkaRecord], key: tupl
                 out: list) -> None:
     """The changes of one table plan's records (``members``: index, payload, source, schema) into ``out``."""
     envelope, db, schema_name, table = key
-    if source_names({"db": db, "schema": schema_name, "table": table}) is None:
+    if source_names(members[0][2]) is None:  # the names of the key, as the plan's source blocks hold them
         return
     make_row = _ROWS.get(parser.format_name) or _ROWS.setdefault(parser.format_name, _row_maker(parser.format_name))
     try:
