@@ -304,8 +304,9 @@ def test_a_bloom_filter_of_the_batch_keys_changes_no_merge(stack, spark, unique)
     create_topic(stack["bootstrap"], topic, 2)
     produce(stack["bootstrap"], topic, debezium_json(src.run(), src.tables, partitions=2))
     source = {"topic": topic, "format": "debezium-json"}
-    plain = write_pipeline(f"sem_plain_{unique}", [source], silver={"namespace": f"sem_plain_{unique}"})
-    bloom = write_pipeline(f"sem_bloom_{unique}", [source], silver={"namespace": f"sem_bloom_{unique}"})
+    spark_merge = {"file_merge_max_changes": 0}  # the Bloom filter is the MERGE's
+    plain = write_pipeline(f"sem_plain_{unique}", [source], silver={"namespace": f"sem_plain_{unique}", **spark_merge})
+    bloom = write_pipeline(f"sem_bloom_{unique}", [source], silver={"namespace": f"sem_bloom_{unique}", **spark_merge})
     store = spark._jsparkSession.sharedState().statusStore()
     filtered = 0
     for h in range(3):

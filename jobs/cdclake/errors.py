@@ -132,6 +132,11 @@ class SchemaChangeError(SilverError):
     """An incompatible column type change (e.g. bigint → string) for one table."""
 
 
+class NotFileLevel(Exception):
+    """A table or batch the file-level merge (:mod:`cdclake.silver.small`) does not take: the
+    message says what; the table is merged by Spark's MERGE instead. Never leaves the silver stage."""
+
+
 #: Exit code 2: the input is wrong (pipeline file, window, catalog directory); fix it, then rerun.
 BAD_INPUT = 2
 #: Exit code 1: the stage failed; a rerun of the same window is safe (every stage is idempotent).

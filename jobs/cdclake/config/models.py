@@ -183,6 +183,11 @@ class SilverConfig(_Model):
     by its own driver thread, its Spark jobs beside the others'): one table's steps leave cores
     idle (one-task stages, the driver between jobs) that another table's jobs then use. 1 merges
     them one after the other.
+
+    ``file_merge_max_changes``: a table whose batch has at most this many changes is merged in
+    the driver at the file level, without a Spark job of its own (:mod:`cdclake.silver.small`;
+    tables it does not take, and larger batches, get Spark's MERGE). 0 merges every table with
+    Spark.
     """
 
     namespace: str = "silver"
@@ -192,6 +197,7 @@ class SilverConfig(_Model):
     buckets: int = Field(8, ge=1)
     write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
     parallel_tables: int = Field(2, ge=1)
+    file_merge_max_changes: int = Field(20_000, ge=0)
 
 
 class GatesConfig(_Model):

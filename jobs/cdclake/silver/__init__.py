@@ -70,12 +70,13 @@ from typing import TYPE_CHECKING, Optional
 
 from cdclake.catalog import describe, materialize, qualified
 from cdclake.config import PipelineConfig
-from cdclake.errors import SchemaChangeError, SilverError
+from cdclake.errors import NotFileLevel, SchemaChangeError, SilverError
 from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, table_exists, tombstone_table, window_filter
 from cdclake.results import SilverResult, TableResult
 from cdclake.silver.history import apply_history
 from cdclake.silver.keys import carry_over, keyed_rows_with_moves, replay_rows, with_tombstones
 from cdclake.silver.merge import merge_into, merge_source, merge_view
+from cdclake.silver.small import merge_small_table, merge_small_tables, small_batch
 from cdclake.silver.tables import (BatchSummary, after_truncate, apply_truncates, batch_schema, ensure_silver_table,
                                    has_key_changes, mark_key_changes, new_table_options, open_silver_table,
                                    record_tombstones, summarize_batch)
@@ -174,6 +175,24 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     return result
 
 
+def apply_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, summary: BatchSummary,
+                      rows: list[dict]) -> TableResult:
+    """:func:`apply_table` for a small batch at the file level (:mod:`cdclake.silver.small`):
+    ``rows`` are the table's bronze rows as :func:`cdclake.silver.small.read_small_batches` reads
+    them, ``summary`` what :func:`cdclake.silver.tables.summarize_batch` says of them. Raises
+    :class:`cdclake.errors.NotFileLevel` before writing anything for a batch or table that path
+    does not take; otherwise as :func:`apply_table`."""
+    st, name = open_silver_table(spark, cfg, st)
+    result = TableResult(table=name)
+    result.changes, result.topics = summary.changes, list(summary.topics)
+    pk, types = summary.schema(name)
+    merge_small_table(spark, cfg, st, name, pk, types, rows, result,
+                      lambda: ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st)))
+    log.info("silver %s: %d changes -> %d keys upserted, %d deleted (file level)", name, result.changes,
+             result.upserts, result.deletes)
+    return result
+
+
 def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> SilverResult:
     """Merge the window's bronze changes of the selected topics into silver, table by table:
     ``silver.parallel_tables`` tables at a time, each by a driver thread of its own, whose Spark
@@ -211,6 +230,22 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     groups: dict[str, list] = {}
     for st, summary in summarize_batch(bronze, prefixes).items():
         groups.setdefault(st.silver_name, []).append((st, summary))
+    # small batches first, at the file level (tables it does not take go on to Spark's MERGE)
+    small = [g[0] for g in groups.values() if len(g) == 1
+             and small_batch(cfg, g[0][1], bool(with_history & set(g[0][1].topics)))]
+
+    def one_small(st: SourceTable, summary: BatchSummary, rows: list) -> tuple[Optional[TableResult], Optional[str]]:
+        try:
+            return apply_small_table(spark, cfg, st, summary, rows), None
+        except NotFileLevel:
+            raise
+        except Exception as exc:
+            log.error("silver table for %s (topics %s) failed: %s", st, summary.topics, describe(exc), exc_info=True)
+            return None, f"{st} -> {st.silver_name}: {describe(exc)}"
+
+    first, rest = merge_small_tables(spark, cfg, bronze, small, one_small, cfg.silver.parallel_tables)
+    taken = {st.silver_name for st, _ in small} - {st.silver_name for st, _ in rest}
+    groups = {k: g for k, g in groups.items() if k not in taken}
 
     def in_turn(group: list) -> list:
         return [one(st, summary) for st, summary in group]
@@ -222,6 +257,7 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
             done = [d for ds in pool.map(in_turn, groups.values()) for d in ds]
     else:
         done = [d for group in groups.values() for d in in_turn(group)]
+    done = first + done
     errors = [e for _, e in done if e is not None]
     if errors:
         raise SilverError(f"{len(errors)} table(s) not merged: " + "; ".join(errors))

@@ -1,0 +1,257 @@
+"""Silver for small batches without a Spark job per table: one pass reads every small table's
+changes, and each table is collapsed, merged and committed in the driver.
+
+A window of many tables with a few changes each spends its time in Spark's fixed costs (about
+twenty small jobs per table: the collapse, the MERGE, the tombstone MERGE, their planning). Here
+one Spark query reads the bronze rows of every table whose batch has at most
+``silver.file_merge_max_changes`` changes (:func:`read_small_batches`, one job); then, per table,
+in the driver:
+
+1. the changes are keyed and collapsed as :func:`cdclake.silver.merge.collapse` does
+   (:func:`cdclake.silver.rowmerge.collapse_rows`), with the key's recorded tombstones among its changes
+   (:func:`cdclake.silver.keys.with_tombstones`);
+2. the silver rows of the batch's keys are read from the files of their buckets, with their file
+   and position (:meth:`cdclake.silver.files.TableFiles.read`);
+3. each key is merged column by column exactly as :func:`cdclake.silver.merge.merge_sql`'s
+   statement does (:func:`cdclake.silver.rowmerge.merge_row`), which stays the reference the tests compare with;
+4. the new rows and the position deletes of the rows they replace are committed in one Iceberg
+   ``RowDelta`` (:meth:`cdclake.silver.files.TableFiles.commit`), then the tombstones likewise.
+
+A table this path does not take (a truncate, a key change, SCD2 history, a value it cannot
+convert exactly as Spark's ``CAST`` would, a float or array column in the batch, changes without
+a source position, a table not written by this pipeline's layout) raises
+:class:`cdclake.errors.NotFileLevel` before anything is written, and is merged by Spark's MERGE
+as before (:func:`cdclake.silver.apply_table`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable, Optional
+
+from cdclake import types as T
+from cdclake.config import PipelineConfig
+from cdclake.errors import NotFileLevel
+from cdclake.faults import kill_point
+from cdclake.lake import (KEY_CHANGES_PROPERTY, LAST_CHANGE_COLUMNS, META_COLUMNS, SOFT_DELETE_COLUMN, SourceTable,
+                         ensure_tombstone_table, tombstone_namespace)
+from cdclake.silver.rowmerge import collapse_rows, keyed_change, lazy_converter, merge_row, tombstone_change
+from cdclake.results import TableResult
+from cdclake.silver.files import FILE_COLUMN, POS_COLUMN, TableFiles
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+def silver_types(files: TableFiles) -> dict[str, str]:
+    """Column → Spark SQL type of a table's schema (:func:`cdclake.types.spark_type` names);
+    raises :class:`NotFileLevel` for a type the silver stage does not make."""
+    from pyiceberg import types as it
+
+    simple = {it.BooleanType: "boolean", it.IntegerType: "int", it.LongType: "bigint", it.FloatType: "float",
+              it.DoubleType: "double", it.StringType: "string", it.BinaryType: "binary", it.DateType: "date",
+              it.TimestamptzType: "timestamp", it.TimestampType: "timestamp_ntz"}
+
+    def name(t) -> str:
+        if type(t) in simple:
+            return simple[type(t)]
+        if isinstance(t, it.DecimalType):
+            return f"decimal({t.precision},{t.scale})"
+        if isinstance(t, it.ListType):
+            return f"array<{name(t.element_type)}>"
+        raise NotFileLevel(f"column type {t}")
+
+    return {f.name: name(f.field_type) for f in files.schema.fields if not f.name.startswith("_cdc_")}
+
+
+def needs_evolution(current: dict[str, str], types: dict[str, str]) -> bool:
+    """Whether the batch's ``types`` add a column to, or widen one of, the table's ``current``
+    types (:func:`cdclake.silver.tables.ensure_silver_table` then evolves it)."""
+    for c, t in types.items():
+        st = T.spark_type(t)
+        if c not in current or T.widen(current[c], st) != current[c]:
+            return True
+    return False
+
+
+def read_small_batches(spark: "SparkSession", bronze: "DataFrame",
+                       tables: dict[SourceTable, list[str]]) -> dict[SourceTable, list[dict]]:
+    """The bronze rows of each source table in ``tables`` (source table → its Kafka topics), in
+    one Spark query read into the driver as Arrow: per table, dicts of ``op``, ``after``,
+    ``before`` (dicts or None), ``source_position`` (list of Decimal), ``kafka_partition``,
+    ``kafka_offset``, ``row_in_record`` and ``source_ts_ms`` (ms)."""
+    from pyspark.sql import functions as F
+
+    ids = [(i, st.database, st.schema, st.table, topic) for i, (st, topics) in enumerate(tables.items())
+           for topic in topics]
+    wanted = spark.createDataFrame(ids, "_tid int, _db string, _sc string, _tb string, _tp string")
+    on = (F.col("source_database").eqNullSafe(F.col("_db")) & F.col("source_schema").eqNullSafe(F.col("_sc"))
+          & (F.col("source_table") == F.col("_tb")) & (F.col("kafka_topic") == F.col("_tp")))
+    cols = ["op", "after", "before", "source_position", "kafka_partition", "kafka_offset", "row_in_record",
+            "source_ts_ms"]
+    rows = bronze.join(F.broadcast(wanted), on).select("_tid", *cols)
+    out: dict[SourceTable, list[dict]] = {st: [] for st in tables}
+    order = list(tables)
+    batches = rows._collect_as_arrow()
+    for batch in batches:
+        data = batch.to_pydict()
+        for i in range(batch.num_rows):
+            r = {c: data[c][i] for c in cols}
+            for image in ("after", "before"):
+                if r[image] is not None:
+                    r[image] = dict(r[image])
+            out[order[data["_tid"][i]]].append(r)
+    return out
+
+
+def _tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> Optional[TableFiles]:
+    return TableFiles.load(spark, cfg.catalog.name, tombstone_namespace(cfg), st.silver_name)
+
+
+def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, name: str, pk: list[str],
+                      types: dict[str, str], rows: list[dict], result: TableResult,
+                      ensure_table: Callable[[], None]) -> TableResult:
+    """Merge one source table's bronze ``rows`` (:func:`read_small_batches`) into its silver
+    table ``name`` (quoted) at the file level; ``pk`` and ``types`` as the batch summary gives
+    them; ``ensure_table`` creates or evolves the table with Spark
+    (:func:`cdclake.silver.tables.ensure_silver_table`). Fills and returns ``result``.
+
+    Raises :class:`NotFileLevel` before writing anything when the batch or the table is one this
+    path does not take; Iceberg's and Spark's errors propagate."""
+    namespace = cfg.silver.namespace
+    files = TableFiles.load(spark, cfg.catalog.name, namespace, st.silver_name)
+    wanted_meta = set(META_COLUMNS) | ({SOFT_DELETE_COLUMN} if cfg.silver.delete_mode == "soft" else set())
+    if (files is None or needs_evolution(silver_types(files), types)
+            or not wanted_meta <= {f.name for f in files.schema.fields}):
+        ensure_table()
+        files = TableFiles.load(spark, cfg.catalog.name, namespace, st.silver_name)
+    if files.property(KEY_CHANGES_PROPERTY) == "true":
+        raise NotFileLevel("the table has merged key changes")
+    if files.bucket_source != pk[0]:
+        raise NotFileLevel("the table is not bucketed by its first key column")
+    current = silver_types(files)
+    conv = {c: lazy_converter(current[c]) for c in current}
+    changes = [c for c in (keyed_change(r, pk) for r in rows) if c is not None]
+    keys = {c["k"] for c in changes}
+    hard = cfg.silver.delete_mode == "hard"
+    tombs = _tombstones(spark, cfg, st) if hard else None
+    stored = {}
+    if tombs is not None:
+        for t in tombs.read().to_pylist():
+            if not t["key"]:
+                raise NotFileLevel("the table has a recorded truncate")
+            stored[tuple(t["key"])] = t
+        changes += [tombstone_change(stored[k]) for k in keys if k in stored]
+    src = collapse_rows(changes)
+    typed = {}
+    for s in src:
+        k = tuple(conv[c](v) for c, v in zip(pk, s["k"]))
+        if k in typed:
+            raise NotFileLevel("two key texts of one key value")
+        typed[k] = s
+    touched = {files.bucket_of(k[0]) for k in typed}
+    existing = {}
+    for t in files.read(touched).to_pylist():
+        k = tuple(t[c] for c in pk)
+        if k in typed:
+            if k in existing:
+                raise NotFileLevel("two silver rows of one key")
+            existing[k] = t
+    data_cols = [c for c in current if c not in pk]
+    soft = not hard
+    new_rows, deletes = [], []
+    for k, s in typed.items():
+        t = existing.get(k)
+        row = merge_row(t, s, pk, data_cols, conv, soft)
+        if t is not None:
+            deletes.append((t.pop(FILE_COLUMN), t.pop(POS_COLUMN)))
+            if row is not None:
+                row.pop(FILE_COLUMN, None)
+                row.pop(POS_COLUMN, None)
+        if row is not None:
+            new_rows.append(row)
+    files.commit(new_rows, deletes, "merge")
+    kill_point("silver.merged")
+    result.upserts = sum(1 for s in src if s["op"] == "upsert")
+    result.deletes = sum(1 for s in src if s["op"] == "delete")
+    if hard and result.deletes:
+        try:
+            record_tombstones(spark, cfg, st, tombs, stored, [s for s in src if s["op"] == "delete"])
+        except NotFileLevel as exc:  # silver is committed: a rerun of the window records them
+            raise RuntimeError(f"recording tombstones at the file level: {exc}") from exc
+    return result
+
+
+def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, tombs: Optional[TableFiles],
+                      stored: dict[tuple, dict], deleted: list[dict]) -> None:
+    """:func:`cdclake.silver.tables.record_tombstones` at the file level, in one commit: each
+    deleted key's tombstone is inserted or, when newer than the recorded one, replaces it; then
+    tombstones older than the retention (measured from the newest) are dropped."""
+    if tombs is None:
+        ensure_tombstone_table(spark, cfg, st)
+        tombs = _tombstones(spark, cfg, st)
+        stored = {}
+    live = dict(stored)
+    add, drop = {}, []
+    for s in deleted:
+        last = dict(zip(LAST_CHANGE_COLUMNS, s["last"]))
+        order = (tuple(last["_cdc_position"]), last["_cdc_kafka_partition"], last["_cdc_kafka_offset"])
+        t = live.get(s["k"])
+        if t is not None and not (tuple(t["_cdc_position"]), t["_cdc_kafka_partition"], t["_cdc_kafka_offset"]) < order:
+            continue
+        if t is not None and s["k"] not in add:
+            drop.append((t[FILE_COLUMN], t[POS_COLUMN]))
+        row = {"key": list(s["k"]), **{c: last[c] for c in ("_cdc_position", "_cdc_kafka_partition",
+                                                             "_cdc_kafka_offset", "_cdc_source_ts_ms")}}
+        live[s["k"]] = add[s["k"]] = row
+    ages = [t["_cdc_source_ts_ms"] for t in live.values() if t["_cdc_source_ts_ms"] is not None]
+    if ages:
+        cutoff = max(ages) - cfg.silver.tombstone_retention_hours * 3_600_000
+        if min(ages) < cutoff:
+            for k, t in list(live.items()):
+                if t["_cdc_source_ts_ms"] is not None and t["_cdc_source_ts_ms"] < cutoff:
+                    if k in add:
+                        del add[k]
+                    else:
+                        drop.append((t[FILE_COLUMN], t[POS_COLUMN]))
+    tombs.commit(list(add.values()), drop, "tombstones")
+
+
+def small_batch(cfg: PipelineConfig, summary, history: bool) -> bool:
+    """Whether a table's batch (its :class:`cdclake.silver.tables.BatchSummary`) is one the
+    file-level merge may take: at most ``silver.file_merge_max_changes`` changes, none a truncate
+    or a key change, every change under one primary key, no SCD2 history, merge-on-read tables."""
+    return (0 < summary.rows <= cfg.silver.file_merge_max_changes and summary.changes == summary.rows
+            and summary.moves is False and not history and cfg.silver.write_mode == "merge-on-read")
+
+
+def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "DataFrame", items: list,
+                       merge_one: Callable, threads: int) -> tuple[list, list]:
+    """Merge the tables ``items`` (``(source table, batch summary)`` pairs whose batches are
+    :func:`small_batch`) at the file level: their rows read by one query
+    (:func:`read_small_batches`), then ``merge_one(st, summary, rows)`` for each (the silver
+    stage's wrapper of :func:`merge_small_table`, returning ``(TableResult or None, error line
+    or None)``), ``threads`` at a time.
+
+    Returns ``(done, rest)``: the outcomes of the tables merged or failed here, and the items
+    this path did not take (:class:`NotFileLevel`), for Spark's MERGE."""
+    if not items:
+        return [], []
+    batches = read_small_batches(spark, bronze, {st: summary.topics for st, summary in items})
+
+    def one(item):
+        st, summary = item
+        try:
+            return merge_one(st, summary, batches[st]), None
+        except NotFileLevel as exc:
+            log.info("silver %s: merged with Spark (%s)", st, exc)
+            return None, item
+
+    if threads > 1 and len(items) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="silver-files") as pool:
+            outcomes = list(pool.map(one, items))
+    else:
+        outcomes = [one(item) for item in items]
+    return [d for d, rest in outcomes if rest is None], [rest for _, rest in outcomes if rest is not None]

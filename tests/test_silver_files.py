@@ -1,0 +1,96 @@
+"""The file-level merge's parts against Spark and Iceberg: text conversion equal to Spark's, rows
+placed in Iceberg's buckets, files Spark reads back (:mod:`cdclake.silver.small`,
+:mod:`cdclake.silver.files`). That the whole merge gives Spark's tables is
+``tests/test_silver_properties.py``'s property (``both_paths``)."""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+
+import pytest
+
+from cdclake.errors import NotFileLevel
+from cdclake.silver.files import TableFiles
+from cdclake.silver.rowmerge import converter
+from cdclake.types import sql_cast
+
+TEXTS = {
+    "boolean": ["true", "false", "TRUE", "1", "yes"],
+    "int": ["0", "-7", "2147483647", "-2147483648", "2147483648", "12.5", "007", " 3"],
+    "bigint": ["9223372036854775807", "-9223372036854775808", "9223372036854775808", "42"],
+    "double": ["3.14", "-0.0", "1e300", "inf", "-inf", "nan", "1.7976931348623157e308", "0.1", "1E-5", "Infinity"],
+    "decimal(10,2)": ["12.50", "-12.345", "12.355", "99999999.995", "0.005", "-0.005", "1", "12345678901.1"],
+    "decimal(38,0)": ["99999999999999999999999999999999999999", "0.5", "-1.5", "123"],
+    "string": ["", "ünï", "a\nb"],
+    "binary": ["AAEC", "", "/w==", "3q2+7w=="],
+    "date": ["2024-02-29", "1970-01-01", "0001-01-01", "2023-02-29", "2024-1-5"],
+    "timestamp": ["2024-01-01 10:00:00", "2024-01-01 10:00:00.123456", "2024-01-01 10:00:00.5",
+                  "1969-12-31 23:59:59.999999", "2024-01-01T10:00:00", "2024-13-01 00:00:00"],
+    "timestamp_ntz": ["2024-01-01 10:00:00", "2024-06-30 23:59:59.000001"],
+}
+
+
+@pytest.mark.parametrize("ctype", list(TEXTS))
+def test_converted_texts_equal_sparks_conversion(spark, ctype):
+    """Every text the converter takes gives the value Spark's conversion gives; the others it refuses."""
+    texts = TEXTS[ctype]
+    df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, t string")
+    got = {r["i"]: r["v"] for r in df.selectExpr("i", f"{sql_cast('t', ctype)} AS v").collect()}
+    conv = converter(ctype)
+    taken = 0
+    for i, text in enumerate(texts):
+        try:
+            mine = conv(text)
+        except NotFileLevel:
+            continue
+        taken += 1
+        theirs = got[i]
+        if isinstance(theirs, dt.datetime) and ctype == "timestamp":  # Spark gives the session zone's wall clock
+            theirs = theirs.replace(tzinfo=dt.timezone.utc)
+        if isinstance(theirs, (bytes, bytearray)):
+            theirs = bytes(theirs)
+        if isinstance(mine, float) and mine != mine:
+            assert theirs != theirs, (ctype, text)
+            continue
+        assert mine == theirs and type(mine) is type(theirs), (ctype, text, mine, theirs)
+    assert taken >= 2, ctype
+
+
+KEYS = {
+    "int": [0, 1, -1, 17, 2147483647],
+    "bigint": [0, 2 ** 40, -5],
+    "string": ["", "a", "ünïcode", "k" * 50],
+    "decimal(10,2)": [Decimal("0.00"), Decimal("12.50"), Decimal("-3.14")],
+    "date": [dt.date(2024, 2, 29), dt.date(1970, 1, 1), dt.date(1900, 6, 1)],
+    "timestamp": [dt.datetime(2024, 1, 1, 10, 0, 0, 123456, tzinfo=dt.timezone.utc),
+                  dt.datetime(1960, 1, 1, tzinfo=dt.timezone.utc)],
+}
+
+
+@pytest.mark.parametrize("ktype", list(KEYS))
+def test_rows_written_at_the_file_level_land_in_icebergs_buckets(spark, stack, ktype):
+    """Rows committed by :meth:`TableFiles.commit` sit in the bucket Iceberg computes for their
+    key (``system.bucket``), so Spark's bucket pruning finds each of them; a position delete
+    removes exactly its row."""
+    ns, name = "files_test", f"t_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
+    full = f"lake.{ns}.{name}"
+    spark.sql(f"CREATE TABLE {full} (k {ktype}, v string) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(8, k) AS _cdc_bucket")
+    files = TableFiles.load(spark, "lake", ns, name)
+    values = KEYS[ktype]
+    files.commit([{"k": v, "v": f"v{i}"} for i, v in enumerate(values)], [])
+    placed = {r["k"]: r["b"] for r in spark.sql(f"SELECT k, _partition._cdc_bucket AS b, "
+                                                f"lake.system.bucket(8, k) AS want FROM {full}").collect()
+              if r["b"] == r["want"]}
+    assert len(placed) == len(values)
+    table = spark.table(full)
+    for i, v in enumerate(values):
+        assert table.where(table["k"] == v).select("v").collect()[0][0] == f"v{i}"
+    files = TableFiles.load(spark, "lake", ns, name)
+    rows = files.read().to_pylist()
+    gone = rows[0]
+    files.commit([], [(gone["_cdc_file"], gone["_cdc_pos"])])
+    left = sorted(r["v"] for r in spark.table(full).collect())
+    assert left == sorted(r["v"] for r in rows[1:])
