@@ -9,7 +9,10 @@ import uuid
 from decimal import Decimal
 
 import pytest
+from conftest import write_pipeline
 
+from cdclake.catalog import pyiceberg_catalog
+from cdclake.config import load_pipeline
 from cdclake.errors import NotFileLevel
 from cdclake.silver.files import TableFiles
 from cdclake.silver.rowmerge import converter
@@ -78,7 +81,8 @@ def test_rows_written_at_the_file_level_land_in_icebergs_buckets(spark, stack, k
     full = f"lake.{ns}.{name}"
     spark.sql(f"CREATE TABLE {full} (k {ktype}, v string) USING iceberg TBLPROPERTIES ('format-version'='2')")
     spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(8, k) AS _cdc_bucket")
-    files = TableFiles.load(spark, "lake", ns, name)
+    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    files = TableFiles.load(spark, pycat, "lake", ns, name)
     values = KEYS[ktype]
     files.commit([{"k": v, "v": f"v{i}"} for i, v in enumerate(values)], [])
     placed = {r["k"]: r["b"] for r in spark.sql(f"SELECT k, _partition._cdc_bucket AS b, "
@@ -88,8 +92,9 @@ def test_rows_written_at_the_file_level_land_in_icebergs_buckets(spark, stack, k
     table = spark.table(full)
     for i, v in enumerate(values):
         assert table.where(table["k"] == v).select("v").collect()[0][0] == f"v{i}"
-    files = TableFiles.load(spark, "lake", ns, name)
+    files = TableFiles.load(spark, pycat, "lake", ns, name)
     rows = files.read().to_pylist()
+    assert sorted(files.buckets_of([r["k"] for r in rows])) == sorted(placed.values())
     gone = rows[0]
     files.commit([], [(gone["_cdc_file"], gone["_cdc_pos"])])
     left = sorted(r["v"] for r in spark.table(full).collect())

@@ -478,8 +478,9 @@ def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_w
     Land and normalize run once over the whole range (each record lands in the hour of its Kafka
     timestamp whatever the window, so bronze is the same as after hourly runs). Pass 1 runs silver
     hour by hour, in order, small batches merged at the file level (the default). With
-    ``both_paths``, the same hours run through Spark's MERGE alone into a third namespace, whose
-    tables must equal pass 1's, every metadata column included. Pass 2 (``shuffled_pass``) runs
+    ``both_paths``, the same hours run through Spark's MERGE alone into a third namespace, and
+    through the file level with position deletes instead of rewrites into a fourth, whose tables
+    must equal pass 1's, every metadata column included. Pass 2 (``shuffled_pass``) runs
     silver into a second namespace over the same bronze hours in ``sc.hour_order``, then over the
     whole range, with Spark's MERGE alone. ``rerun_whole`` runs pass
     1's whole range once more at the end. ``delete_mode``: the pipelines' ``silver.delete_mode``.
@@ -510,9 +511,14 @@ def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_w
             "namespace": f"prop_{u}_c", "delete_mode": delete_mode, "file_merge_max_changes": 0}))
         for h in range(sc.hours):
             build_silver(spark, spark_only, Window(hour(h), hour(h + 1)))
+        deltas = load_pipeline(write_pipeline(f"prop_{u}_d", source, silver={  # position deletes, no rewrite
+            "namespace": f"prop_{u}_d", "delete_mode": delete_mode, "file_rewrite_max_rows": 0}))
+        for h in range(sc.hours):
+            build_silver(spark, deltas, Window(hour(h), hour(h + 1)))
         for s in sc.schemas:
-            a, c = (_all_rows(spark, f"prop_{u}_{x}", s.name) for x in "ac")
-            assert a == c, f"{s.name}: the file-level merge and Spark's MERGE differ\n{a}\n{c}\n{sc.describe()}"
+            a, c, d = (_all_rows(spark, f"prop_{u}_{x}", s.name) for x in "acd")
+            assert a == c, f"{s.name}: the file-level rewrite and Spark's MERGE differ\n{a}\n{c}\n{sc.describe()}"
+            assert d == c, f"{s.name}: the file-level row delta and Spark's MERGE differ\n{d}\n{c}\n{sc.describe()}"
     if rerun_whole:
         build_silver(spark, first, whole)
         check_silver(spark, sc, f"prop_{u}_a", "hour by hour, then the whole range again")

@@ -30,7 +30,8 @@ Frames (one row each per the grain named):
   hour): the quarantine budget (:func:`quarantine_frame`: ``quarantined``, ``share``,
   ``top_reasons``, ``over_budget``); ``changes`` (bronze rows): op, source_table, source_position
   size, kafka coordinates.
-- silver, ``keys:<table>``: the primary-key columns of every silver table the window touched.
+- silver, ``keys:<n> key columns`` (silver rows of the tables the window touched, per key width):
+  ``_table``, ``key_1`` .. ``key_<n>``; the key is ``[_table, key_1, ...]``: a failure names its table.
 
 Suite file shape: ``{"frames": {"<frame>": [{"type": "expect_...", "kwargs": {...}}]}}``; in the
 silver suite, ``"$primary_key"`` in kwargs stands for the table's key column list and
@@ -271,11 +272,14 @@ def _distinct(table, columns: list[str]):
 
 
 def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
-    """The silver gate's ``keys:<table>`` frames, one per silver table the window touched.
+    """The silver gate's ``keys:<n> key columns`` frames: every row of every silver table the
+    window touched as its table (``_table``) and key values (``key_1`` .. ``key_<n>``), one frame
+    per key width (a window of a thousand tables is one validation, not a thousand). Key columns:
+    the table property ``cdc.primary-key-columns`` (JSON), else ``cdc.primary-key`` (comma-joined);
+    tables are read four at a time."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    The key columns come from the table property ``cdc.primary-key-columns`` (a JSON array), or
-    for tables created before it, from ``cdc.primary-key`` (comma-joined).
-    """
+    import pandas as pd
     import pyarrow.compute as pc
 
     topics = list(window.topics or cfg.topics())
@@ -289,13 +293,23 @@ def silver_frames(cfg: PipelineConfig, window: Window) -> dict:
                                                     r.source_schema, r.source_table),
                                         lambda n: cat.table_exists((ns, n))).silver_name
                     for r in bronze.itertuples()})
-    frames = {}
-    for name in names:
+
+    def keys(name: str):
         tbl = cat.load_table((ns, name))
         stored = tbl.properties.get(PRIMARY_KEY_PROPERTY)
         pk = json.loads(stored) if stored else (tbl.properties.get("cdc.primary-key") or "").split(",")
-        frames[f"keys:{name}"] = (tbl.scan(selected_fields=tuple(pk)).to_pandas(), pk)
-    return frames
+        df = tbl.scan(selected_fields=tuple(pk)).to_pandas()[pk].astype(object)
+        df.columns = [f"key_{i + 1}" for i in range(len(pk))]
+        df.insert(0, "_table", f"{ns}.{name}")
+        return df
+
+    by_width: dict[int, list] = {}
+    with ThreadPoolExecutor(4) as pool:
+        for df in pool.map(keys, names):
+            by_width.setdefault(df.shape[1] - 1, []).append(df)
+    return {f"keys:{n} key column{'s' if n > 1 else ''}": (pd.concat(dfs, ignore_index=True),
+                                                           ["_table"] + [f"key_{i + 1}" for i in range(n)])
+            for n, dfs in sorted(by_width.items())}
 
 
 FRAME_BUILDERS = {"land": land_frames, "normalize": normalize_frames, "silver": silver_frames}

@@ -187,7 +187,9 @@ class SilverConfig(_Model):
     ``file_merge_max_changes``: a table whose batch has at most this many changes is merged in
     the driver at the file level, without a Spark job of its own (:mod:`cdclake.silver.small`;
     tables it does not take, and larger batches, get Spark's MERGE). 0 merges every table with
-    Spark.
+    Spark. ``file_rewrite_max_rows``: such a table whose touched buckets hold at most this many
+    rows has them rewritten (copy-on-write, which keeps their file count down); a larger one gets
+    position deletes (merge-on-read).
     """
 
     namespace: str = "silver"
@@ -198,6 +200,7 @@ class SilverConfig(_Model):
     write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
     parallel_tables: int = Field(2, ge=1)
     file_merge_max_changes: int = Field(20_000, ge=0)
+    file_rewrite_max_rows: int = Field(50_000, ge=0)
 
 
 class GatesConfig(_Model):

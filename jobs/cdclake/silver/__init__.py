@@ -68,7 +68,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from cdclake.catalog import describe, materialize, qualified
+from cdclake.catalog import describe, ensure_namespace, materialize, qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import NotFileLevel, SchemaChangeError, SilverError
 from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, table_exists, tombstone_table, window_filter
@@ -176,17 +176,17 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
 
 
 def apply_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, summary: BatchSummary,
-                      rows: list[dict]) -> TableResult:
+                      rows: list[dict], pycat) -> TableResult:
     """:func:`apply_table` for a small batch at the file level (:mod:`cdclake.silver.small`):
     ``rows`` are the table's bronze rows as :func:`cdclake.silver.small.read_small_batches` reads
-    them, ``summary`` what :func:`cdclake.silver.tables.summarize_batch` says of them. Raises
+    them, ``pycat`` pyiceberg's catalog, ``summary`` what :func:`cdclake.silver.tables.summarize_batch` says of them. Raises
     :class:`cdclake.errors.NotFileLevel` before writing anything for a batch or table that path
     does not take; otherwise as :func:`apply_table`."""
-    st, name = open_silver_table(spark, cfg, st)
+    st, name = open_silver_table(spark, cfg, st, namespace_ready=True)
     result = TableResult(table=name)
     result.changes, result.topics = summary.changes, list(summary.topics)
     pk, types = summary.schema(name)
-    merge_small_table(spark, cfg, st, name, pk, types, rows, result,
+    merge_small_table(spark, cfg, pycat, st, name, pk, types, rows, result,
                       lambda: ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st)))
     log.info("silver %s: %d changes -> %d keys upserted, %d deleted (file level)", name, result.changes,
              result.upserts, result.deletes)
@@ -234,15 +234,17 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     small = [g[0] for g in groups.values() if len(g) == 1
              and small_batch(cfg, g[0][1], bool(with_history & set(g[0][1].topics)))]
 
-    def one_small(st: SourceTable, summary: BatchSummary, rows: list) -> tuple[Optional[TableResult], Optional[str]]:
+    def one_small(st: SourceTable, summary: BatchSummary, rows: list, pycat) -> tuple[Optional[TableResult], Optional[str]]:
         try:
-            return apply_small_table(spark, cfg, st, summary, rows), None
+            return apply_small_table(spark, cfg, st, summary, rows, pycat), None
         except NotFileLevel:
             raise
         except Exception as exc:
             log.error("silver table for %s (topics %s) failed: %s", st, summary.topics, describe(exc), exc_info=True)
             return None, f"{st} -> {st.silver_name}: {describe(exc)}"
 
+    if small:
+        ensure_namespace(spark, cfg, cfg.silver.namespace)
     first, rest = merge_small_tables(spark, cfg, bronze, small, one_small, cfg.silver.parallel_tables)
     taken = {st.silver_name for st, _ in small} - {st.silver_name for st, _ in rest}
     groups = {k: g for k, g in groups.items() if k not in taken}

@@ -1,23 +1,28 @@
 """A silver table at the level of its files: read rows with their file and position, commit new
-data and position-delete files, without a Spark job.
+data files, and replace data files or add position-delete files, without a Spark job.
 
-The table is Spark's own Iceberg table object (the catalog of the Spark session, reached in the
-driver's JVM), so the commit is Iceberg's ``RowDelta`` as Spark's merge-on-read MERGE makes it
-(Iceberg spec, "Row-level deletes": position delete files, ``file_path`` field id 2147483546,
-``pos`` field id 2147483545). Files are read and written with pyarrow; the Arrow schema with
-Iceberg field ids is pyiceberg's (:func:`pyiceberg.io.pyarrow.schema_to_pyarrow`), and each new
-file's metrics are read back from its footer by Iceberg (``ParquetUtil.fileMetrics``), as its
-``add_files`` procedure does.
+The table is read with pyiceberg (its metadata, its scan planning, its ``FileIO``) and pyarrow.
+New data files are written by pyiceberg's own writer (the one its ``append`` uses: bucket
+partitions computed by its transforms, column metrics from the Parquet footer); position delete
+files (Iceberg spec, "Position Delete Files": ``file_path`` field id 2147483546, ``pos`` field id
+2147483545, sorted by both) are written with pyarrow and their metrics computed the same way.
+A small table's touched buckets are rewritten whole in one pyiceberg overwrite
+(:meth:`TableFiles.rewrite`), which keeps their file count down; for the others, whose rows are
+replaced by position deletes (:meth:`TableFiles.commit`): pyiceberg cannot commit delete files, so
+that commit is Iceberg's own ``RowDelta`` on the Spark
+session's catalog (the driver's JVM), as Spark's merge-on-read MERGE makes it: each file is
+handed over as the JSON of Iceberg's ``ContentFileParser`` (a few calls per file), and the row
+delta is validated against every change committed since the snapshot read.
 
 Only what a small batch of the silver stage needs: tables of format version 2 whose partition
-spec is the silver stage's own (``bucket(N, first key column) AS _cdc_bucket``, or none, as
-tombstone tables have), with position deletes only. Anything else raises :class:`NotFileLevel`,
-and the caller merges the table with Spark instead.
+spec is the silver stage's own (``bucket(N, first key column) AS _cdc_bucket``) or none (as
+tombstone tables have), with position deletes only. Anything else raises :class:`NotFileLevel`
+before anything is written, and the caller merges the table with Spark instead.
 """
 from __future__ import annotations
 
-import datetime as dt
-import os
+import json
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional
@@ -32,63 +37,77 @@ if TYPE_CHECKING:
 FILE_COLUMN, POS_COLUMN = "_cdc_file", "_cdc_pos"
 #: Field ids of a position delete file's columns (Iceberg spec, reserved field ids).
 DELETE_FILE_PATH_ID, DELETE_POS_ID = 2147483546, 2147483545
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: The partition field of a silver table (:func:`cdclake.silver.tables.ensure_silver_table`).
+BUCKET_FIELD = "_cdc_bucket"
+
+_JAVA: dict = {}
+_JAVA_LOCK = threading.Lock()
 
 
-def java_catalog(spark: "SparkSession", catalog: str):
-    """The Iceberg ``Catalog`` behind Spark catalog ``catalog`` (the driver JVM's object)."""
-    return spark._jsparkSession.sessionState().catalogManager().catalog(catalog).icebergCatalog()
+def _java(spark: "SparkSession", catalog: str) -> tuple:
+    """``(Iceberg catalog, JSON mapper)`` of Spark catalog ``catalog`` in the driver's JVM (kept)."""
+    key = (id(spark), catalog)
+    with _JAVA_LOCK:
+        if key not in _JAVA:
+            jvm = spark._jvm
+            jcat = spark._jsparkSession.sessionState().catalogManager().catalog(catalog).icebergCatalog()
+            _JAVA[key] = (jcat, jvm.org.apache.iceberg.util.JsonUtil.mapper())
+        return _JAVA[key]
 
 
 @dataclass
 class TableFiles:
-    """One Iceberg table as loaded now: its schema (pyiceberg ``Schema``), its bucket partition
-    (``bucket_source``: the name of the bucketed column, ``buckets``: N; None and 0 when
-    unpartitioned) and the snapshot it was read at (``snapshot_id``, None: empty table).
-
-    Raises :class:`NotFileLevel` for a table this module does not write (format version other
-    than 2, another partition spec, equality delete files)."""
+    """One Iceberg table as loaded now (a pyiceberg ``Table``, ``table``), read at its current
+    snapshot (``snapshot_id``; None: no snapshot yet), with its bucket partition
+    (``bucket_source``: the bucketed column's name, ``buckets``: N; None and 0 when unpartitioned).
+    ``bucket_of_file`` and ``data_files``: the bucket and the pyiceberg ``DataFile`` of every data
+    file :meth:`read` read."""
 
     spark: Any
-    table: Any  # org.apache.iceberg.Table
-    schema: Any  # pyiceberg.schema.Schema
+    catalog: str
+    namespace: str
+    name: str
+    table: Any
+    snapshot_id: Optional[int]
     bucket_source: Optional[str]
     buckets: int
-    snapshot_id: Optional[int]
     bucket_of_file: dict = field(default_factory=dict)
+    data_files: dict = field(default_factory=dict)
 
     @classmethod
-    def load(cls, spark: "SparkSession", catalog: str, namespace: str, name: str) -> Optional["TableFiles"]:
-        """The table ``namespace.name`` of Spark catalog ``catalog``, or None when it does not exist."""
-        from pyiceberg.schema import Schema
+    def load(cls, spark: "SparkSession", pycat, catalog: str, namespace: str, name: str) -> Optional["TableFiles"]:
+        """Table ``namespace.name`` of the catalog (``pycat``: pyiceberg's catalog of Spark catalog
+        ``catalog``), or None when it does not exist. Raises :class:`NotFileLevel` for a table of
+        another format version or partition spec, or whose data files go to an object-store layout."""
+        from pyiceberg.exceptions import NoSuchTableError
 
-        jvm = spark._jvm
-        ice = jvm.org.apache.iceberg
-        levels = spark.sparkContext._gateway.new_array(jvm.java.lang.String, 1)
-        levels[0] = namespace
-        ident = ice.catalog.TableIdentifier.of(ice.catalog.Namespace.of(levels), name)
-        jcat = java_catalog(spark, catalog)
-        if not jcat.tableExists(ident):
+        try:
+            table = pycat.load_table((namespace, name))
+        except NoSuchTableError:
             return None
-        table = jcat.loadTable(ident)
-        _local(table.location())  # files are read and written with pyarrow's local filesystem
-        if table.operations().current().formatVersion() != 2:
+        if table.metadata.format_version != 2:
             raise NotFileLevel("format version is not 2")
-        schema = Schema.model_validate_json(ice.SchemaParser.toJson(table.schema()))
+        if table.properties.get("write.object-storage.enabled", "false").lower() == "true":
+            raise NotFileLevel("an object-storage data layout")
         spec = table.spec()
-        fields = list(spec.fields())
         source, buckets = None, 0
-        if fields:
-            transform = fields[0].transform().toString()
-            if len(fields) != 1 or fields[0].name() != "_cdc_bucket" or not transform.startswith("bucket["):
-                raise NotFileLevel(f"partition spec {spec.toString()}")
-            source, buckets = schema.find_field(fields[0].sourceId()).name, int(transform[7:-1])
-        snap = table.currentSnapshot()
-        return cls(spark, table, schema, source, buckets, None if snap is None else snap.snapshotId())
+        if spec.fields:
+            f = spec.fields[0]
+            transform = str(f.transform)
+            if len(spec.fields) != 1 or f.name != BUCKET_FIELD or not transform.startswith("bucket["):
+                raise NotFileLevel(f"partition spec {spec}")
+            source, buckets = table.schema().find_field(f.source_id).name, int(transform[7:-1])
+        snap = table.current_snapshot()
+        return cls(spark, catalog, namespace, name, table, None if snap is None else snap.snapshot_id, source, buckets)
+
+    @property
+    def schema(self):
+        """The table's pyiceberg ``Schema``."""
+        return self.table.schema()
 
     def property(self, key: str) -> Optional[str]:
         """The table property ``key``, or None."""
-        return self.table.properties().get(key)
+        return self.table.properties.get(key)
 
     def arrow_schema(self) -> "pa.Schema":
         """The table's Arrow schema, Iceberg field ids in each field's metadata."""
@@ -96,105 +115,127 @@ class TableFiles:
 
         return schema_to_pyarrow(self.schema)
 
-    def bucket_of(self, value: Any) -> int:
-        """The ``_cdc_bucket`` of a row whose bucketed column holds ``value`` (Iceberg's bucket
-        transform, Murmur3 of the value's single-value serialization; spec "Bucket Transform
-        Details")."""
+    def buckets_of(self, values: list) -> list[int]:
+        """The ``_cdc_bucket`` of rows whose bucketed column holds ``values`` (Python values of
+        the column's type), by pyiceberg's bucket transform (Iceberg spec, "Bucket Transform
+        Details"), the one its writer partitions rows with."""
+        import pyarrow as pa
         from pyiceberg.transforms import BucketTransform
 
         ftype = self.schema.find_field(self.bucket_source).field_type
-        if isinstance(value, dt.datetime):  # Iceberg's representation: µs since the epoch, days since it
-            epoch = _EPOCH if value.tzinfo is not None else _EPOCH.replace(tzinfo=None)
-            value = (value - epoch) // dt.timedelta(microseconds=1)
-        elif isinstance(value, dt.date):
-            value = (value - _EPOCH.date()).days
-        return BucketTransform(self.buckets).transform(ftype)(value)
+        arrow_type = self.arrow_schema().field(self.bucket_source).type
+        return BucketTransform(self.buckets).pyarrow_transform(ftype)(pa.array(values, arrow_type)).to_pylist()
 
     def read(self, buckets: Optional[set[int]] = None) -> "pa.Table":
-        """Every live row (position deletes applied) of the files in ``buckets`` (None: all), in
-        the table's schema, with :data:`FILE_COLUMN` (the data file's location) and
+        """Every live row (position deletes applied) of the data files in ``buckets`` (None:
+        all), in the table's schema, with :data:`FILE_COLUMN` (the data file's location) and
         :data:`POS_COLUMN` (int64, the row's position in it). Columns a file lacks are null;
         promoted types are cast. Raises :class:`NotFileLevel` for equality delete files."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
+        from pyiceberg.manifest import DataFileContent
 
         target = self.arrow_schema()
-        parts = []
+        place = target.append(pa.field(FILE_COLUMN, pa.string())).append(pa.field(POS_COLUMN, pa.int64()))
         if self.snapshot_id is None:
-            return pa.Table.from_batches([], _with_place(target))
-        deleted: dict[str, pa.Array] = {}
-        tasks = self.table.newScan().useSnapshot(self.snapshot_id).planFiles()
-        try:
-            for task in _iterate(tasks):
-                data = task.file()
-                bucket = data.partition().get(0, _int_class(self.spark)) if self.buckets else None
-                if buckets is not None and bucket not in buckets:
-                    continue
-                path = data.location()
-                drop = []
-                for d in _iterate(task.deletes()):
-                    if d.content().toString() != "POSITION_DELETES":
-                        raise NotFileLevel("equality delete files")
-                    loc = d.location()
-                    if loc not in deleted:
-                        deleted[loc] = pq.read_table(_local(loc), columns=["file_path", "pos"])
-                    dt = deleted[loc]
-                    drop.append(dt.filter(pc.equal(dt["file_path"], path))["pos"])
-                raw = pq.read_table(_local(path))
-                rows = _project(raw, target)
-                rows = rows.append_column(FILE_COLUMN, pa.array([path] * rows.num_rows, pa.string()))
-                rows = rows.append_column(POS_COLUMN, pa.array(range(rows.num_rows), pa.int64()))
-                if drop:
-                    gone = pa.chunked_array([c for x in drop for c in x.chunks], pa.int64())
-                    rows = rows.filter(pc.invert(pc.is_in(rows[POS_COLUMN], gone)))
-                self.bucket_of_file[path] = bucket
-                parts.append(rows)
-        finally:
-            tasks.close()
-        if not parts:
-            return pa.Table.from_batches([], _with_place(target))
-        return pa.concat_tables(parts)
+            return place.empty_table()
+        deleted: dict[str, pa.Table] = {}
+        parts = []
+        for task in self.table.scan(snapshot_id=self.snapshot_id).plan_files():
+            data = task.file
+            bucket = data.partition[0] if self.buckets else None
+            if buckets is not None and bucket not in buckets:
+                continue
+            path = data.file_path
+            drop = []
+            for d in task.delete_files:
+                if d.content != DataFileContent.POSITION_DELETES:
+                    raise NotFileLevel("equality delete files")
+                if d.file_path not in deleted:
+                    deleted[d.file_path] = self._read_parquet(d.file_path, ["file_path", "pos"])
+                dt = deleted[d.file_path]
+                drop.append(dt.filter(pc.equal(dt["file_path"], path))["pos"])
+            rows = _project(self._read_parquet(path), target)
+            rows = rows.append_column(FILE_COLUMN, pa.array([path] * rows.num_rows, pa.string()))
+            rows = rows.append_column(POS_COLUMN, pa.array(range(rows.num_rows), pa.int64()))
+            if drop:
+                gone = pa.chunked_array([c for x in drop for c in x.chunks], pa.int64())
+                rows = rows.filter(pc.invert(pc.is_in(rows[POS_COLUMN], gone)))
+            self.bucket_of_file[path] = bucket
+            self.data_files[path] = data
+            parts.append(rows)
+        return pa.concat_tables(parts) if parts else place.empty_table()
+
+    def rewrite(self, rows: list[dict], what: str = "") -> bool:
+        """Replace the data files :meth:`read` read (every data file of the buckets it was asked
+        for) by new ones holding ``rows`` (dicts of the table's columns), in one pyiceberg
+        overwrite (copy-on-write; an append when it read none), which fails when another commit
+        came after the snapshot read. Position delete files of the replaced files are left to
+        maintenance (they no longer match a live file). ``what`` goes to the snapshot summary as
+        ``cdc.operation``. Returns False when there is nothing to commit."""
+        import pyarrow as pa
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+        old = list(self.data_files.values())
+        if not old and not rows:
+            return False
+        props = {"cdc.operation": what} if what else {}
+        with self.table.transaction() as tx:
+            new = []
+            if rows:
+                table = pa.Table.from_pylist(rows, schema=self.arrow_schema())
+                new = list(_dataframe_to_data_files(tx.table_metadata, table, self.table.io))
+            with (tx.update_snapshot(snapshot_properties=props).overwrite() if old
+                  else tx.update_snapshot(snapshot_properties=props).fast_append()) as update:
+                for f in old:
+                    update.delete_data_file(f)
+                for f in new:
+                    update.append_data_file(f)
+        return True
+
+    def _read_parquet(self, path: str, columns: Optional[list[str]] = None) -> "pa.Table":
+        import pyarrow.parquet as pq
+
+        with self.table.io.new_input(path).open() as f:
+            return pq.read_table(f, columns=columns)
 
     def commit(self, rows: list[dict], deletes: Iterable[tuple[str, int]], what: str = "") -> bool:
         """Write ``rows`` (dicts of the table's columns, Python values as pyarrow takes them) as
-        new data files (one per bucket) and ``deletes`` (``(data file location, position)`` of
-        rows read by :meth:`read`) as position delete files (one per bucket), then commit both in
-        one ``RowDelta`` validated against concurrent changes since the snapshot read (the data
-        files it deletes from must still exist). Returns False when there is nothing to commit."""
+        new data files (pyiceberg's writer: one per bucket) and ``deletes`` (``(data file
+        location, position)`` of rows :meth:`read` read) as position delete files (one per
+        bucket), then commit both in one ``RowDelta`` validated against the changes committed
+        since the snapshot read (the data files it deletes from must still exist). ``what`` goes
+        to the snapshot summary as ``cdc.operation``. Returns False when there is nothing to commit."""
         import pyarrow as pa
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
         deletes = sorted(set(deletes))
         if not rows and not deletes:
             return False
-        jvm = self.spark._jvm
-        ice = jvm.org.apache.iceberg
-        delta = self.table.newRowDelta()
-        schema = self.arrow_schema()
-        by_bucket: dict[Optional[int], list[dict]] = {}
-        for r in rows:
-            by_bucket.setdefault(self.bucket_of(r[self.bucket_source]) if self.buckets else None, []).append(r)
-        for b, part in sorted(by_bucket.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            loc = self._write(pa.Table.from_pylist(part, schema=schema), b)
-            builder = ice.DataFiles.builder(self.table.spec()).withPath(loc).withFormat("parquet")
-            delta.addRows(self._finish(builder, loc, b, ice.MetricsConfig.forTable(self.table)))
-        del_schema = pa.schema([
-            pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(DELETE_FILE_PATH_ID).encode()}),
-            pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(DELETE_POS_ID).encode()})])
-        del_by_bucket: dict[Optional[int], list[tuple[str, int]]] = {}
+        files = []
+        if rows:
+            table = pa.Table.from_pylist(rows, schema=self.arrow_schema())
+            for f in _dataframe_to_data_files(self.table.metadata, table, self.table.io):
+                files.append(("DATA", f, f.partition[0] if self.buckets else None))
+        by_bucket: dict[Optional[int], list[tuple[str, int]]] = {}
         for path, pos in deletes:
-            del_by_bucket.setdefault(self.bucket_of_file[path], []).append((path, pos))
-        for b, part in sorted(del_by_bucket.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            tbl = pa.table({"file_path": [p for p, _ in part], "pos": [x for _, x in part]}, schema=del_schema)
-            loc = self._write(tbl, b)
-            builder = (ice.FileMetadata.deleteFileBuilder(self.table.spec()).ofPositionDeletes().withPath(loc)
-                       .withFormat("parquet"))
-            delta.addDeletes(self._finish(builder, loc, b, ice.MetricsConfig.forPositionDelete(self.table)))
+            by_bucket.setdefault(self.bucket_of_file[path], []).append((path, pos))
+        for bucket, part in sorted(by_bucket.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+            files.append(("POSITION_DELETES", self._write_deletes(part, bucket), bucket))
+        jcat, mapper = _java(self.spark, self.catalog)
+        ice = self.spark._jvm.org.apache.iceberg
+        levels = self.spark.sparkContext._gateway.new_array(self.spark._jvm.java.lang.String, 1)
+        levels[0] = self.namespace
+        jt = jcat.loadTable(ice.catalog.TableIdentifier.of(ice.catalog.Namespace.of(levels), self.name))
+        spec = jt.spec()
+        delta = jt.newRowDelta()
+        for content, f, bucket in files:
+            parsed = ice.ContentFileParser.fromJson(mapper.readTree(self._file_json(content, f, bucket)), spec)
+            (delta.addRows if content == "DATA" else delta.addDeletes)(parsed)
         if self.snapshot_id is not None:
             delta.validateFromSnapshot(self.snapshot_id)
-        paths = sorted({p for p, _ in deletes})
-        if paths:
-            delta.validateDataFilesExist(jvm.java.util.ArrayList(paths))
+        if deletes:
+            delta.validateDataFilesExist(sorted({p for p, _ in deletes}))
             delta.validateDeletedFiles()
         delta.validateNoConflictingDataFiles()
         delta.validateNoConflictingDeleteFiles()
@@ -203,61 +244,59 @@ class TableFiles:
         delta.commit()
         return True
 
-    def _write(self, tbl: "pa.Table", bucket: Optional[int]) -> str:
+    def _write_deletes(self, part: list[tuple[str, int]], bucket: Optional[int]):
+        """A position delete file of ``part`` (sorted ``(data file, position)`` pairs) in ``bucket``,
+        as a pyiceberg ``DataFile`` (content position deletes, metrics from its footer)."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import (compute_statistics_plan, data_file_statistics_from_parquet_metadata,
+                                          parquet_path_to_id_mapping, schema_to_pyarrow)
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.schema import Schema
+        from pyiceberg.typedef import Record
+        from pyiceberg.types import LongType, NestedField, StringType
 
-        name = f"{'' if bucket is None else f'_cdc_bucket={bucket}/'}{uuid.uuid4()}-arrow.parquet"
-        loc = self.table.locationProvider().newDataLocation(name)
-        path = _local(loc)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        pq.write_table(tbl, path, compression="zstd")
-        return loc
+        schema = Schema(NestedField(DELETE_FILE_PATH_ID, "file_path", StringType(), required=True),
+                        NestedField(DELETE_POS_ID, "pos", LongType(), required=True))
+        arrow = schema_to_pyarrow(schema)
+        table = pa.table({"file_path": [p for p, _ in part], "pos": [x for _, x in part]}, schema=arrow)
+        spec = self.table.spec()
+        data_path = self.table.properties.get("write.data.path") or f"{self.table.location().rstrip('/')}/data"
+        partition = "" if bucket is None else spec.partition_to_path(Record(bucket), self.schema) + "/"
+        location = f"{data_path}/{partition}{uuid.uuid4()}-deletes.parquet"
+        out = self.table.io.new_output(location)
+        with out.create(overwrite=False) as sink, pq.ParquetWriter(sink, arrow) as writer:
+            writer.write_table(table)
+        # full bounds, as Iceberg keeps them for position deletes: a file whose file_path bounds are
+        # equal is known to delete from that one data file
+        full = {"write.metadata.metrics.default": "full"}
+        stats = data_file_statistics_from_parquet_metadata(
+            writer.writer.metadata, compute_statistics_plan(schema, full), parquet_path_to_id_mapping(schema))
+        return DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES, file_path=location, file_format=FileFormat.PARQUET,
+            partition=Record() if bucket is None else Record(bucket), file_size_in_bytes=len(out),
+            spec_id=spec.spec_id, **stats.to_serialized_dict())
 
-    def _finish(self, builder, loc: str, bucket: Optional[int], metrics_config):
-        ice = self.spark._jvm.org.apache.iceberg
-        infile = self.table.io().newInputFile(loc)
-        metrics = ice.parquet.ParquetUtil.fileMetrics(infile, metrics_config)
-        builder = builder.withFileSizeInBytes(infile.getLength()).withMetrics(metrics)
-        if bucket is not None:
-            builder = builder.withPartitionPath(f"_cdc_bucket={bucket}")
-        return builder.build()
-
-
-def _iterate(java_iterable):
-    it = java_iterable.iterator()
-    while it.hasNext():
-        yield it.next()
-
-
-_INT_CLASS: dict = {}
-
-
-def _int_class(spark):
-    if "c" not in _INT_CLASS:
-        _INT_CLASS["c"] = spark._jvm.java.lang.Class.forName("java.lang.Integer")
-    return _INT_CLASS["c"]
-
-
-def _local(location: str) -> str:
-    """A filesystem path for a ``file:`` location (the warehouse is a local or mounted path)."""
-    if location.startswith("file://"):
-        return location[len("file://"):]
-    if location.startswith("file:"):
-        return location[len("file:"):]
-    if "://" in location:
-        raise NotFileLevel(f"location {location.split('://')[0]}:// is not a local path")
-    return location
-
-
-def _with_place(schema: "pa.Schema") -> "pa.Schema":
-    import pyarrow as pa
-
-    return schema.append(pa.field(FILE_COLUMN, pa.string())).append(pa.field(POS_COLUMN, pa.int64()))
+    def _file_json(self, content: str, f, bucket: Optional[int]) -> str:
+        """File ``f`` (a pyiceberg ``DataFile``) as the JSON of Iceberg's ``ContentFileParser``."""
+        spec = self.table.spec()
+        out: dict = {"spec-id": spec.spec_id, "content": content, "file-path": f.file_path, "file-format": "PARQUET",
+                     "partition": {} if bucket is None else {str(spec.fields[0].field_id): bucket},
+                     "file-size-in-bytes": f.file_size_in_bytes, "record-count": f.record_count}
+        for key, attr in (("column-sizes", "column_sizes"), ("value-counts", "value_counts"),
+                          ("null-value-counts", "null_value_counts"), ("nan-value-counts", "nan_value_counts")):
+            values = getattr(f, attr) or {}
+            out[key] = {"keys": list(values), "values": list(values.values())}
+        for key, attr in (("lower-bounds", "lower_bounds"), ("upper-bounds", "upper_bounds")):
+            values = getattr(f, attr) or {}
+            out[key] = {"keys": list(values), "values": [bytes(v).hex().upper() for v in values.values()]}
+        if f.split_offsets:
+            out["split-offsets"] = list(f.split_offsets)
+        return json.dumps(out)
 
 
 def _field_id(f: "pa.Field") -> Optional[int]:
-    meta = f.metadata or {}
-    v = meta.get(b"PARQUET:field_id")
+    v = (f.metadata or {}).get(b"PARQUET:field_id")
     return int(v) if v is not None else None
 
 

@@ -266,3 +266,15 @@ def lazy_converter(ctype: str) -> Callable[[Optional[str]], Any]:
             made.append(converter(ctype))
         return made[0](text)
     return conv
+
+
+def same_row(new: dict, old: dict) -> bool:
+    """Whether merged row ``new`` (:func:`merge_row`) holds what silver row ``old`` holds: the
+    same value in every column of ``new``, column positions compared as sets of entries."""
+    for c, v in new.items():
+        w = old.get(c)
+        if c == "_cdc_column_positions":
+            v, w = (sorted((k, _stored_order(o)) for k, o in (x or [])) for x in (v, w))
+        if v != w:
+            return False
+    return True

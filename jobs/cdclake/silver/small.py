@@ -14,8 +14,12 @@ in the driver:
    and position (:meth:`cdclake.silver.files.TableFiles.read`);
 3. each key is merged column by column exactly as :func:`cdclake.silver.merge.merge_sql`'s
    statement does (:func:`cdclake.silver.rowmerge.merge_row`), which stays the reference the tests compare with;
-4. the new rows and the position deletes of the rows they replace are committed in one Iceberg
-   ``RowDelta`` (:meth:`cdclake.silver.files.TableFiles.commit`), then the tombstones likewise.
+4. rows that changed are written: a table whose touched buckets hold at most
+   ``silver.file_rewrite_max_rows`` rows has those buckets rewritten in one pyiceberg overwrite
+   (:meth:`cdclake.silver.files.TableFiles.rewrite`); a larger one gets its new rows and the
+   position deletes of the rows they replace in one Iceberg ``RowDelta``
+   (:meth:`cdclake.silver.files.TableFiles.commit`). A rerun, whose rows come out as they are,
+   commits nothing. Then the tombstones, in one rewrite of the tombstone table.
 
 A table this path does not take (a truncate, a key change, SCD2 history, a value it cannot
 convert exactly as Spark's ``CAST`` would, a float or array column in the batch, changes without
@@ -34,7 +38,7 @@ from cdclake.errors import NotFileLevel
 from cdclake.faults import kill_point
 from cdclake.lake import (KEY_CHANGES_PROPERTY, LAST_CHANGE_COLUMNS, META_COLUMNS, SOFT_DELETE_COLUMN, SourceTable,
                          ensure_tombstone_table, tombstone_namespace)
-from cdclake.silver.rowmerge import collapse_rows, keyed_change, lazy_converter, merge_row, tombstone_change
+from cdclake.silver.rowmerge import collapse_rows, keyed_change, lazy_converter, merge_row, same_row, tombstone_change
 from cdclake.results import TableResult
 from cdclake.silver.files import FILE_COLUMN, POS_COLUMN, TableFiles
 
@@ -104,11 +108,11 @@ def read_small_batches(spark: "SparkSession", bronze: "DataFrame",
     return out
 
 
-def _tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> Optional[TableFiles]:
-    return TableFiles.load(spark, cfg.catalog.name, tombstone_namespace(cfg), st.silver_name)
+def _tombstones(spark: "SparkSession", cfg: PipelineConfig, pycat, st: SourceTable) -> Optional[TableFiles]:
+    return TableFiles.load(spark, pycat, cfg.catalog.name, tombstone_namespace(cfg), st.silver_name)
 
 
-def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, name: str, pk: list[str],
+def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, pycat, st: SourceTable, name: str, pk: list[str],
                       types: dict[str, str], rows: list[dict], result: TableResult,
                       ensure_table: Callable[[], None]) -> TableResult:
     """Merge one source table's bronze ``rows`` (:func:`read_small_batches`) into its silver
@@ -119,12 +123,12 @@ def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
     Raises :class:`NotFileLevel` before writing anything when the batch or the table is one this
     path does not take; Iceberg's and Spark's errors propagate."""
     namespace = cfg.silver.namespace
-    files = TableFiles.load(spark, cfg.catalog.name, namespace, st.silver_name)
+    files = TableFiles.load(spark, pycat, cfg.catalog.name, namespace, st.silver_name)
     wanted_meta = set(META_COLUMNS) | ({SOFT_DELETE_COLUMN} if cfg.silver.delete_mode == "soft" else set())
     if (files is None or needs_evolution(silver_types(files), types)
             or not wanted_meta <= {f.name for f in files.schema.fields}):
         ensure_table()
-        files = TableFiles.load(spark, cfg.catalog.name, namespace, st.silver_name)
+        files = TableFiles.load(spark, pycat, cfg.catalog.name, namespace, st.silver_name)
     if files.property(KEY_CHANGES_PROPERTY) == "true":
         raise NotFileLevel("the table has merged key changes")
     if files.bucket_source != pk[0]:
@@ -134,7 +138,7 @@ def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
     changes = [c for c in (keyed_change(r, pk) for r in rows) if c is not None]
     keys = {c["k"] for c in changes}
     hard = cfg.silver.delete_mode == "hard"
-    tombs = _tombstones(spark, cfg, st) if hard else None
+    tombs = _tombstones(spark, cfg, pycat, st) if hard else None
     stored = {}
     if tombs is not None:
         for t in tombs.read().to_pylist():
@@ -149,72 +153,78 @@ def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
         if k in typed:
             raise NotFileLevel("two key texts of one key value")
         typed[k] = s
-    touched = {files.bucket_of(k[0]) for k in typed}
+    touched = set(files.buckets_of([k[0] for k in typed]))
     existing = {}
-    for t in files.read(touched).to_pylist():
+    live = files.read(touched).to_pylist()
+    for t in live:
         k = tuple(t[c] for c in pk)
         if k in typed:
             if k in existing:
                 raise NotFileLevel("two silver rows of one key")
             existing[k] = t
     data_cols = [c for c in current if c not in pk]
-    soft = not hard
-    new_rows, deletes = [], []
+    new_rows, replaced = [], set()
     for k, s in typed.items():
         t = existing.get(k)
-        row = merge_row(t, s, pk, data_cols, conv, soft)
+        row = merge_row(t, s, pk, data_cols, conv, not hard)
         if t is not None:
-            deletes.append((t.pop(FILE_COLUMN), t.pop(POS_COLUMN)))
+            place = (t[FILE_COLUMN], t[POS_COLUMN])
             if row is not None:
-                row.pop(FILE_COLUMN, None)
-                row.pop(POS_COLUMN, None)
+                row = {c: v for c, v in row.items() if c not in (FILE_COLUMN, POS_COLUMN)}
+                if same_row(row, t):
+                    continue  # a rerun, a duplicate: nothing to write
+            replaced.add(place)
         if row is not None:
             new_rows.append(row)
-    files.commit(new_rows, deletes, "merge")
+    if len(live) <= cfg.silver.file_rewrite_max_rows:
+        if new_rows or replaced:
+            kept = [{c: v for c, v in r.items() if c not in (FILE_COLUMN, POS_COLUMN)} for r in live
+                    if (r[FILE_COLUMN], r[POS_COLUMN]) not in replaced]
+            files.rewrite(kept + new_rows, "merge")
+    else:
+        files.commit(new_rows, replaced, "merge")
     kill_point("silver.merged")
     result.upserts = sum(1 for s in src if s["op"] == "upsert")
     result.deletes = sum(1 for s in src if s["op"] == "delete")
     if hard and result.deletes:
         try:
-            record_tombstones(spark, cfg, st, tombs, stored, [s for s in src if s["op"] == "delete"])
+            record_tombstones(spark, cfg, pycat, st, tombs, stored, [s for s in src if s["op"] == "delete"])
         except NotFileLevel as exc:  # silver is committed: a rerun of the window records them
             raise RuntimeError(f"recording tombstones at the file level: {exc}") from exc
     return result
 
 
-def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, tombs: Optional[TableFiles],
+def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, pycat, st: SourceTable, tombs: Optional[TableFiles],
                       stored: dict[tuple, dict], deleted: list[dict]) -> None:
-    """:func:`cdclake.silver.tables.record_tombstones` at the file level, in one commit: each
-    deleted key's tombstone is inserted or, when newer than the recorded one, replaces it; then
-    tombstones older than the retention (measured from the newest) are dropped."""
+    """:func:`cdclake.silver.tables.record_tombstones` at the file level, in one commit that
+    rewrites the tombstone table (:meth:`cdclake.silver.files.TableFiles.rewrite`): each deleted
+    key's tombstone is inserted or, when newer than the recorded one, replaces it; then tombstones
+    older than the retention (measured from the newest) are dropped."""
     if tombs is None:
         ensure_tombstone_table(spark, cfg, st)
-        tombs = _tombstones(spark, cfg, st)
+        tombs = _tombstones(spark, cfg, pycat, st)
         stored = {}
     live = dict(stored)
-    add, drop = {}, []
+    changed = False
     for s in deleted:
         last = dict(zip(LAST_CHANGE_COLUMNS, s["last"]))
         order = (tuple(last["_cdc_position"]), last["_cdc_kafka_partition"], last["_cdc_kafka_offset"])
         t = live.get(s["k"])
         if t is not None and not (tuple(t["_cdc_position"]), t["_cdc_kafka_partition"], t["_cdc_kafka_offset"]) < order:
             continue
-        if t is not None and s["k"] not in add:
-            drop.append((t[FILE_COLUMN], t[POS_COLUMN]))
-        row = {"key": list(s["k"]), **{c: last[c] for c in ("_cdc_position", "_cdc_kafka_partition",
-                                                             "_cdc_kafka_offset", "_cdc_source_ts_ms")}}
-        live[s["k"]] = add[s["k"]] = row
+        live[s["k"]] = {"key": list(s["k"]), **{c: last[c] for c in ("_cdc_position", "_cdc_kafka_partition",
+                                                                     "_cdc_kafka_offset", "_cdc_source_ts_ms")}}
+        changed = True
     ages = [t["_cdc_source_ts_ms"] for t in live.values() if t["_cdc_source_ts_ms"] is not None]
     if ages:
         cutoff = max(ages) - cfg.silver.tombstone_retention_hours * 3_600_000
-        if min(ages) < cutoff:
-            for k, t in list(live.items()):
-                if t["_cdc_source_ts_ms"] is not None and t["_cdc_source_ts_ms"] < cutoff:
-                    if k in add:
-                        del add[k]
-                    else:
-                        drop.append((t[FILE_COLUMN], t[POS_COLUMN]))
-    tombs.commit(list(add.values()), drop, "tombstones")
+        old = [k for k, t in live.items() if t["_cdc_source_ts_ms"] is not None and t["_cdc_source_ts_ms"] < cutoff]
+        for k in old:
+            del live[k]
+        changed = changed or bool(old)
+    if changed:
+        tombs.rewrite([{c: v for c, v in t.items() if c not in (FILE_COLUMN, POS_COLUMN)} for t in live.values()],
+                      "tombstones")
 
 
 def small_batch(cfg: PipelineConfig, summary, history: bool) -> bool:
@@ -229,7 +239,8 @@ def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "Data
                        merge_one: Callable, threads: int) -> tuple[list, list]:
     """Merge the tables ``items`` (``(source table, batch summary)`` pairs whose batches are
     :func:`small_batch`) at the file level: their rows read by one query
-    (:func:`read_small_batches`), then ``merge_one(st, summary, rows)`` for each (the silver
+    (:func:`read_small_batches`), then ``merge_one(st, summary, rows, pycat)`` for each (``pycat``:
+    pyiceberg's catalog, one for the run) (the silver
     stage's wrapper of :func:`merge_small_table`, returning ``(TableResult or None, error line
     or None)``), ``threads`` at a time.
 
@@ -237,12 +248,15 @@ def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "Data
     this path did not take (:class:`NotFileLevel`), for Spark's MERGE."""
     if not items:
         return [], []
+    from cdclake.catalog import pyiceberg_catalog
+
     batches = read_small_batches(spark, bronze, {st: summary.topics for st, summary in items})
+    pycat = pyiceberg_catalog(cfg.catalog)
 
     def one(item):
         st, summary = item
         try:
-            return merge_one(st, summary, batches[st]), None
+            return merge_one(st, summary, batches[st], pycat), None
         except NotFileLevel as exc:
             log.info("silver %s: merged with Spark (%s)", st, exc)
             return None, item

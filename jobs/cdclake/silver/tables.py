@@ -32,14 +32,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def open_silver_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable) -> tuple[SourceTable, str]:
+def open_silver_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable,
+                      namespace_ready: bool = False) -> tuple[SourceTable, str]:
     """``(st, name)``: the source table (:func:`cdclake.lake.resolve_legacy_name`) and the quoted
-    name of its silver table, whose namespace is created when missing.
+    name of its silver table, whose namespace is created when missing (unless ``namespace_ready``:
+    the caller made sure of it).
 
     Raises :class:`SilverError` when the silver table records another source table than ``st``
     (:func:`check_owner`).
     """
-    ensure_namespace(spark, cfg, cfg.silver.namespace)
+    if not namespace_ready:
+        ensure_namespace(spark, cfg, cfg.silver.namespace)
     st = resolve_legacy_name(st, lambda n: table_exists(
         spark, f"{cfg.catalog.name}.{T.quote_ident(cfg.silver.namespace)}.{T.quote_ident(n)}"))
     name = silver_table(cfg, st)
