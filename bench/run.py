@@ -195,9 +195,11 @@ def child_env(state: Path) -> dict:
     return env
 
 
-def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: str) -> None:
-    """Put each measured stage's Spark job timeline (:mod:`bench.timeline`) beside its figures,
-    ``formats.<tag>.stages.<stage>.timeline``, and log it."""
+def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: str,
+                  stages: Optional[dict[str, dict]] = None) -> None:
+    """Put each measured stage's Spark job timeline (:mod:`bench.timeline`) beside its figures and log it:
+    ``stages`` is ``{span label: figures}`` (default every format's, ``<tag>/<stage>``:
+    ``formats.<tag>.stages.<stage>.timeline``)."""
     from bench import timeline
     from bench.pipeline import STAGES
 
@@ -209,13 +211,15 @@ def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: s
     except Exception as exc:  # the figures stand without it
         results["errors"].append(f"timeline: {type(exc).__name__}: {exc}")
         return
-    for tag, r in results["formats"].items():
-        for stage, figs in r.get("stages", {}).items():
-            t = found.get(f"{tag}/{stage}")
-            if t is not None:
-                figs["timeline"] = t
-                if stage in STAGES:
-                    log.info("%s %s: %s", tag, stage, timeline.describe(t))
+    if stages is None:
+        stages = {f"{tag}/{stage}": figs for tag, r in results["formats"].items()
+                  for stage, figs in r.get("stages", {}).items()}
+    for label, figs in stages.items():
+        t = found.get(label)
+        if t is not None:
+            figs["timeline"] = t
+            if label.rsplit("/", 1)[-1] in STAGES:
+                log.info("%s: %s", label.replace("/", " "), timeline.describe(t))
 
 
 def reset_lake(state: Path) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -61,6 +62,8 @@ def parse_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error(f"--tables takes table counts separated by commas, not {args.tables!r}")
     if any(n < 1 for n in args.tables) or args.table_changes < 1:
         p.error("--tables and --table-changes take counts of at least 1")
+    if len(set(args.tables)) < len(args.tables):
+        p.error(f"--tables names a table count twice: {args.tables}")
 
 
 def tag_of(n: int) -> str:
@@ -230,7 +233,7 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
     """``bench.run --tables``: each N of ``args.tables`` in turn (module docstring); writes
     ``results["tables"]`` to ``json_path`` after each N, prints the summary; returns the exit code."""
     from bench import pipeline, report
-    from bench.run import MEASURED_START, WARM_START
+    from bench.run import MEASURED_START, WARM_START, add_timelines
     from bench.sampler import RssSampler
     from cdclake.catalog import spark_session
     from cdclake.config import load_pipeline
@@ -245,10 +248,14 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
     section = results["tables"] = {"format": FORMAT, "layout": args.tables_layout,
                                    "changes_per_table": args.table_changes, "runs": {}}
     sampler = RssSampler(interval=args.rss_interval, exclude=[broker_pid] if broker_pid else [])
+    events_dir = state / "spark-events"  # Spark's event log: each stage's job timeline (bench.timeline)
+    shutil.rmtree(events_dir, ignore_errors=True)
+    events_dir.mkdir(parents=True)
     spark = None
     try:
-        first = pipeline.write_pipeline(state, bootstrap, [], args.driver_memory, args.master,
-                                        sources=sources_of(args.tables[0], args.tables_layout))
+        first = pipeline.write_pipeline(
+            state, bootstrap, [], args.driver_memory, args.master, sources=sources_of(args.tables[0], args.tables_layout),
+            spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri()})
         with sampler.span("spark_startup") as s:
             spark = spark_session(load_pipeline(first), app_name="cdc-bench-tables")
             spark.range(1).count()
@@ -273,7 +280,11 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
         log.error("benchmark failed\n%s", traceback.format_exc())
     finally:
         if spark is not None:
+            app_id = spark.sparkContext.applicationId
             spark.stop()
+            add_timelines(results, sampler, events_dir / app_id, args.master,
+                          {f"{tag_of(int(n))}/{key}/{stage}": figs for n, r in section["runs"].items()
+                           for key in ("first_hour", "hour") for stage, figs in r.get(key, {}).get("stages", {}).items()})
         sampler.close()
     results["wall_s"] = round(time.monotonic() - t_start, 1)
     report.write_json(results, json_path)
