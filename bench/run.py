@@ -34,6 +34,7 @@ if str(REPO_ROOT / "jobs") not in sys.path:
     sys.path.insert(0, str(REPO_ROOT / "jobs"))
 
 from bench import data as bdata  # noqa: E402
+from bench import tables as btables  # noqa: E402
 from bench.sampler import RssSampler  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -75,7 +76,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--speedup", default="", metavar="TAGS",
                    help="then the same hour of these formats with --master local[1], in a second run: the parallel "
                         "speedup per stage (e.g. dbz,canal)")
+    btables.add_arguments(p)
     args = p.parse_args(argv)
+    btables.parse_arguments(p, args)
     args.formats = [t.strip() for t in args.formats.split(",") if t.strip()]
     unknown = [t for t in args.formats if t not in ALL_FORMATS]
     if unknown:
@@ -192,9 +195,11 @@ def child_env(state: Path) -> dict:
     return env
 
 
-def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: str) -> None:
-    """Put each measured stage's Spark job timeline (:mod:`bench.timeline`) beside its figures,
-    ``formats.<tag>.stages.<stage>.timeline``, and log it."""
+def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: str,
+                  stages: Optional[dict[str, dict]] = None) -> None:
+    """Put each measured stage's Spark job timeline (:mod:`bench.timeline`) beside its figures and log it:
+    ``stages`` is ``{span label: figures}`` (default every format's, ``<tag>/<stage>``:
+    ``formats.<tag>.stages.<stage>.timeline``)."""
     from bench import timeline
     from bench.pipeline import STAGES
 
@@ -206,13 +211,15 @@ def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: s
     except Exception as exc:  # the figures stand without it
         results["errors"].append(f"timeline: {type(exc).__name__}: {exc}")
         return
-    for tag, r in results["formats"].items():
-        for stage, figs in r.get("stages", {}).items():
-            t = found.get(f"{tag}/{stage}")
-            if t is not None:
-                figs["timeline"] = t
-                if stage in STAGES:
-                    log.info("%s %s: %s", tag, stage, timeline.describe(t))
+    if stages is None:
+        stages = {f"{tag}/{stage}": figs for tag, r in results["formats"].items()
+                  for stage, figs in r.get("stages", {}).items()}
+    for label, figs in stages.items():
+        t = found.get(label)
+        if t is not None:
+            figs["timeline"] = t
+            if label.rsplit("/", 1)[-1] in STAGES:
+                log.info("%s: %s", label.replace("/", " "), timeline.describe(t))
 
 
 def reset_lake(state: Path) -> None:
@@ -437,6 +444,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         reset_lake(state)
     bootstrap, broker_pid = broker_up(state)
     log.info("embedded broker at %s, lake in %s", bootstrap, state)
+    if args.tables:  # the cost per table alone
+        return btables.main(args, state, bootstrap, broker_pid, results, json_path)
 
     # -- input (not measured) --------------------------------------------------------------
     t0 = time.monotonic()
