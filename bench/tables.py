@@ -255,7 +255,10 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
     try:
         first = pipeline.write_pipeline(
             state, bootstrap, [], args.driver_memory, args.master, sources=sources_of(args.tables[0], args.tables_layout),
-            spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri()})
+            # Python workers reused, Spark's default and the DAG's jobs': a window of many topics runs
+            # many short tasks (one per topic partition), each of which would otherwise start one
+            spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri(),
+                        "spark.python.worker.reuse": "true"})
         with sampler.span("spark_startup") as s:
             spark = spark_session(load_pipeline(first), app_name="cdc-bench-tables")
             spark.range(1).count()
