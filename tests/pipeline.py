@@ -46,6 +46,24 @@ def silver_rows(spark, pipeline_path, table: str, meta: bool = False) -> list[di
     return sorted(rows, key=lambda r: tuple(str(r[k]) for k in sorted(r)))
 
 
+def all_rows(spark, name: str) -> list:
+    """Every row of table ``name`` (a Spark name), every column, as sorted plain values (maps as
+    their sorted items, structs as dicts): for comparing two tables whatever their map order; []
+    when the table does not exist."""
+    if not spark.catalog.tableExists(name):
+        return []
+
+    def plain(v):
+        if isinstance(v, dict):
+            return sorted((k, plain(x)) for k, x in v.items())
+        if hasattr(v, "asDict"):
+            return plain(v.asDict())
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+    return sorted((plain(r.asDict()) for r in spark.table(name).collect()), key=repr)
+
+
 def raw_rows(spark, cfg, topic: str) -> list[tuple]:
     """``(partition, offset, timestamp ms, landed hour)`` of every raw record of ``topic``, in offset order."""
     from cdclake.catalog import qualified

@@ -28,12 +28,15 @@ from decimal import Decimal
 import pytest
 from conftest import write_pipeline
 from helpers import pg_connect
-from pipeline import hour, ms, run_window
+from pipeline import all_rows, hour, ms, run_window
 
 from cdclake import sim
+from cdclake.config import load_pipeline
 from cdclake.formats.canal import mysql_type
+from cdclake.silver import build_silver
 from cdclake.sim import mysql_binlog, pg_wal2json
 from cdclake.types import quote_ident
+from cdclake.window import Window
 
 MY = dict(host="127.0.0.1", port=3306, user="root", password="")
 RNG = random.Random(20240101)
@@ -320,7 +323,22 @@ def run(stack, spark, pg_source, my_source):
     results = [run_window(spark, path, 0, 1), run_window(spark, path, 1, 2)]
     ns = f"truth_{u}"
     tables = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN lake.{quote_ident(ns)}").collect()]
-    return {"ns": ns, "tables": tables, "results": results, "topics": {t: s["topic"] for t, s in zip(topics, sources)}}
+    # the same bronze hours merged by Spark's MERGE alone (the run above took the file level)
+    spark_only = load_pipeline(write_pipeline(f"truth_{u}_merge", sources, silver={
+        "namespace": f"truth_{u}_merge", "file_merge_max_changes": 0}))
+    for h in range(2):
+        build_silver(spark, spark_only, Window(hour(h), hour(h + 1)))
+    return {"ns": ns, "merge_ns": f"truth_{u}_merge", "tables": tables, "results": results,
+            "topics": {t: s["topic"] for t, s in zip(topics, sources)}}
+
+
+def test_file_level_and_spark_merge_give_equal_tables(spark, run):
+    """Every silver table the run merged at the file level equals, every column included, the
+    table Spark's MERGE makes of the same bronze hours."""
+    for name in run["tables"]:
+        file_level, merged = (all_rows(spark, f"lake.{quote_ident(ns)}.{quote_ident(name)}")
+                              for ns in (run["ns"], run["merge_ns"]))
+        assert file_level and file_level == merged, name
 
 
 def silver(spark, run, tag: str, table: str) -> list[dict]:

@@ -63,7 +63,7 @@ import pytest
 from conftest import write_pipeline
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
-from pipeline import hour, ms
+from pipeline import all_rows, hour, ms
 from silver_model import Change, Column, TableSchema, diff_table, final_state
 
 from cdclake.sim.render import MYSQL_SOURCE_SCHEMA, Message, decimal_to_base64
@@ -444,22 +444,9 @@ def _silver_rows(spark, namespace: str, table: str) -> list[dict]:
 
 
 def _all_rows(spark, namespace: str, table: str) -> list:
-    """Every row of a silver table, every column (maps as sorted items), sorted: for comparing two tables."""
     from cdclake.types import quote_ident
 
-    name = f"lake.{quote_ident(namespace)}.{quote_ident(PREFIX + DATABASE + '__' + table)}"
-    if not spark.catalog.tableExists(name):
-        return []
-
-    def plain(v):
-        if isinstance(v, dict):
-            return sorted((k, plain(x)) for k, x in v.items())
-        if hasattr(v, "asDict"):
-            return plain(v.asDict())
-        if isinstance(v, list):
-            return [plain(x) for x in v]
-        return v
-    return sorted((plain(r.asDict()) for r in spark.table(name).collect()), key=repr)
+    return all_rows(spark, f"lake.{quote_ident(namespace)}.{quote_ident(PREFIX + DATABASE + '__' + table)}")
 
 
 def check_silver(spark, sc: Scenario, namespace: str, what: str) -> None:
