@@ -261,11 +261,14 @@ def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "Data
             log.info("silver %s: merged with Spark (%s)", st, exc)
             return None, item
 
-    if threads > 1 and len(items) > 1:
-        from concurrent.futures import ThreadPoolExecutor
+    try:
+        if threads > 1 and len(items) > 1:
+            from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="silver-files") as pool:
-            outcomes = list(pool.map(one, items))
-    else:
-        outcomes = [one(item) for item in items]
+            with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="silver-files") as pool:
+                outcomes = list(pool.map(one, items))
+        else:
+            outcomes = [one(item) for item in items]
+    finally:
+        pycat.engine.dispose()
     return [d for d, rest in outcomes if rest is None], [rest for _, rest in outcomes if rest is not None]
