@@ -2,8 +2,9 @@
 data files, and replace data files or add position-delete files, without a Spark job.
 
 The table is read with pyiceberg (its metadata, its scan planning, its ``FileIO``) and pyarrow.
-New data files are written by pyiceberg's own writer (the one its ``append`` uses: bucket
-partitions computed by its transforms, column metrics from the Parquet footer); position delete
+New data files are written by pyiceberg's own writer (``write_file``, the one its ``append``
+uses: one file per bucket, the bucket computed by its transform, column metrics from the Parquet
+footer); position delete
 files (Iceberg spec, "Position Delete Files": ``file_path`` field id 2147483546, ``pos`` field id
 2147483545, sorted by both) are written with pyarrow and their metrics computed the same way.
 A small table's touched buckets are rewritten whole in one pyiceberg overwrite
@@ -173,18 +174,12 @@ class TableFiles:
         came after the snapshot read. Position delete files of the replaced files are left to
         maintenance (they no longer match a live file). ``what`` goes to the snapshot summary as
         ``cdc.operation``. Returns False when there is nothing to commit."""
-        import pyarrow as pa
-        from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
         old = list(self.data_files.values())
         if not old and not rows:
             return False
         props = {"cdc.operation": what} if what else {}
         with self.table.transaction() as tx:
-            new = []
-            if rows:
-                table = pa.Table.from_pylist(rows, schema=self.arrow_schema())
-                new = list(_dataframe_to_data_files(tx.table_metadata, table, self.table.io))
+            new = self._data_files(tx.table_metadata, rows)
             with (tx.update_snapshot(snapshot_properties=props).overwrite() if old
                   else tx.update_snapshot(snapshot_properties=props).fast_append()) as update:
                 for f in old:
@@ -206,17 +201,11 @@ class TableFiles:
         bucket), then commit both in one ``RowDelta`` validated against the changes committed
         since the snapshot read (the data files it deletes from must still exist). ``what`` goes
         to the snapshot summary as ``cdc.operation``. Returns False when there is nothing to commit."""
-        import pyarrow as pa
-        from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
         deletes = sorted(set(deletes))
         if not rows and not deletes:
             return False
-        files = []
-        if rows:
-            table = pa.Table.from_pylist(rows, schema=self.arrow_schema())
-            for f in _dataframe_to_data_files(self.table.metadata, table, self.table.io):
-                files.append(("DATA", f, f.partition[0] if self.buckets else None))
+        files = [("DATA", f, f.partition[0] if self.buckets else None)
+                 for f in self._data_files(self.table.metadata, rows)]
         by_bucket: dict[Optional[int], list[tuple[str, int]]] = {}
         for path, pos in deletes:
             by_bucket.setdefault(self.bucket_of_file[path], []).append((path, pos))
@@ -243,6 +232,29 @@ class TableFiles:
             delta.set("cdc.operation", what)
         delta.commit()
         return True
+
+    def _data_files(self, metadata, rows: list[dict]) -> list:
+        """``rows`` written as new data files, one per bucket, by pyiceberg's writer (``write_file``:
+        the table's file format settings, column metrics from the footer); pyiceberg ``DataFile`` s."""
+        import pyarrow as pa
+        from pyiceberg.io.pyarrow import write_file
+        from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+        from pyiceberg.table import WriteTask
+
+        if not rows:
+            return []
+        groups: dict[Optional[int], list[dict]] = {}
+        buckets = self.buckets_of([r[self.bucket_source] for r in rows]) if self.buckets else [None] * len(rows)
+        for r, b in zip(rows, buckets):
+            groups.setdefault(b, []).append(r)
+        schema, arrow, spec, write = metadata.schema(), self.arrow_schema(), metadata.spec(), uuid.uuid4()
+        tasks = [WriteTask(write_uuid=write, task_id=i, schema=schema,
+                           record_batches=pa.Table.from_pylist(part, schema=arrow).to_batches(),
+                           partition_key=None if b is None else PartitionKey(
+                               field_values=[PartitionFieldValue(field=spec.fields[0], value=b)],
+                               partition_spec=spec, schema=schema))
+                 for i, (b, part) in enumerate(groups.items())]
+        return list(write_file(self.table.io, metadata, iter(tasks)))
 
     def _write_deletes(self, part: list[tuple[str, int]], bucket: Optional[int]):
         """A position delete file of ``part`` (sorted ``(data file, position)`` pairs) in ``bucket``,
