@@ -366,36 +366,49 @@ def _copy_expected(target: Path, export_dir: Path, key: str) -> None:
 # producing
 
 
-def produce_file(bootstrap: str, topic: str, path: Path, partitions: int) -> dict:
-    """Create ``topic`` and produce the messages of ``path`` in order; return counts and seconds.
+#: Producer settings for large batches (:func:`produce_records`).
+BATCHED = {"batch.num.messages": 10_000, "batch.size": 4_000_000, "linger.ms": 50,
+           "queue.buffering.max.kbytes": 262_144}
 
-    Records go in large batches, except each partition's last record, which is produced alone
-    after a flush: the embedded broker (tansu, memory storage) reports a partition's high
-    watermark as the base offset of its last record batch + 1, so the last batch must hold one
-    record for the high watermark to be the log end (``cdclake.sim.kafka`` produces every record
-    alone for the same reason, which is ten times slower).
+
+def produce_records(bootstrap: str, records, per_partition: dict[tuple[str, int], int]) -> int:
+    """Produce ``(topic, Message)`` pairs in order with one producer; return how many.
+
+    Records go in large batches (:data:`BATCHED`), except each partition's last record, which is
+    produced alone after a flush: the embedded broker (tansu, memory storage) reports a
+    partition's high watermark as the base offset of its last record batch + 1, so the last batch
+    must hold one record for the high watermark to be the log end (``cdclake.sim.kafka`` produces
+    every record alone for the same reason, which is ten times slower). ``per_partition``: the
+    number of records of each ``(topic, partition)`` among ``records``.
     """
-    from cdclake.sim import Message, create_topic, produce
+    from cdclake.sim import produce_to
 
-    meta = json.loads(path.with_suffix(".json").read_text())
-    remaining = {int(p): n for p, n in meta["per_partition"].items()}
+    remaining = dict(per_partition)
     held: list = []
 
     def stream():
-        for part, ts, key, value in read_messages(path):
-            remaining[part] -= 1
-            m = Message(key, value, ts, part)
-            if remaining[part] == 0:
-                held.append(m)
+        for topic, m in records:
+            tp = (topic, m.partition)
+            remaining[tp] -= 1
+            if remaining[tp] == 0:
+                held.append((topic, m))
             else:
-                yield m
+                yield topic, m
 
+    n = produce_to(bootstrap, stream(), producer_config=BATCHED, timeout=600)
+    return n + produce_to(bootstrap, held)
+
+
+def produce_file(bootstrap: str, topic: str, path: Path, partitions: int) -> dict:
+    """Create ``topic`` and produce the messages of ``path`` in order (:func:`produce_records`);
+    return counts and seconds."""
+    from cdclake.sim import Message, create_topic
+
+    meta = json.loads(path.with_suffix(".json").read_text())
     t0 = time.monotonic()
     create_topic(bootstrap, topic, partitions)
-    n = produce(bootstrap, topic, stream(), producer_config={
-        "batch.num.messages": 10_000, "batch.size": 4_000_000, "linger.ms": 50,
-        "queue.buffering.max.kbytes": 262_144}, timeout=600)
-    n += produce(bootstrap, topic, held)
+    n = produce_records(bootstrap, ((topic, Message(key, value, ts, part)) for part, ts, key, value in read_messages(path)),
+                        {(topic, int(p)): c for p, c in meta["per_partition"].items()})
     return {"topic": topic, "messages": n, "produce_s": round(time.monotonic() - t0, 1)}
 
 

@@ -15,7 +15,7 @@ import logging
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import yaml
 
@@ -35,17 +35,19 @@ def prefix_of(tag: str, warm: bool = False) -> str:
 
 
 def write_pipeline(state: Path, bootstrap: str, tags: list[str], driver_memory: str, master: str = "local[2]",
-                   spark_conf: Optional[dict] = None) -> Path:
-    """The benchmark's pipeline file in ``state``: a measured and a warm-up topic per format."""
+                   spark_conf: Optional[dict] = None, sources: Sequence[dict] = ()) -> Path:
+    """The benchmark's pipeline file in ``state``: a measured and a warm-up topic per format of
+    ``tags``, then ``sources`` (``sources[]`` entries of a pipeline file) as given."""
     from cdclake.sim.wire import WIRE_FORMATS
 
     by_tag = {wf.tag: wf for wf in WIRE_FORMATS}
-    sources = []
+    given, sources = list(sources), []
     for warm in (False, True):
         for tag in tags:
             wf = by_tag[tag]
             sources.append({"topic": topic_of(tag, warm), "format": wf.format, "table_prefix": prefix_of(tag, warm),
                             **json.loads(json.dumps(wf.options))})
+    sources += given
     doc = {
         "kafka": {"bootstrap_servers": bootstrap, "timeout_s": 30},
         "catalog": {"name": "lake", "uri": f"jdbc:sqlite:{state / 'catalog.db'}", "warehouse": f"file://{state / 'warehouse'}"},
@@ -78,27 +80,44 @@ def figures(span, events: int, **extra) -> dict:
 
 def run_format(spark, cfg, sampler: RssSampler, tag: str, start: dt.datetime, events: int, warm: bool = False,
                gates: bool = True, after_land: Optional[Callable[[], None]] = None) -> dict:
-    """Land, normalize and silver one format's topic for the hour at ``start``, each followed by its gate.
+    """Land, normalize and silver one format's topic for the hour at ``start``, each followed by its gate:
+    :func:`run_hour` on the window of the hour narrowed to the format's topic (``topic_of(tag, warm)``).
 
-    Returns ``{"stages": {stage or stage_gate: figures}, "e2e": figures, "counts": {...}}``: ``e2e``'s
-    ``wall_s`` is the stages' and gates' wall times added, its ``span_wall_s`` the whole span with
-    the memory released before each (:func:`release_memory`, about 1 s each); a failing
-    stage stops the format (``error``), a failing gate is recorded (``gate_failures``) and the run goes on.
-    ``after_land`` runs once the land gate has read Kafka (the caller deletes the topic there, so that
-    the embedded broker's memory is free for the later stages).
+    Returns :func:`run_hour`'s figures with ``topic``.
+    """
+    from cdclake.window import Window
+
+    topic = topic_of(tag, warm)
+    out = run_hour(spark, cfg, sampler, f"{'warm/' if warm else ''}{tag}", Window(start, start + HOUR, (topic,)),
+                   events, gates, after_land)
+    return {"topic": topic, **out}
+
+
+def run_hour(spark, cfg, sampler: RssSampler, label: str, window, events: int, gates: bool = True,
+             after_land: Optional[Callable[[], None]] = None) -> dict:
+    """Land, normalize and silver ``window`` (a :class:`cdclake.window.Window`; its topics, or every
+    topic of ``cfg`` when it names none, as the DAG's run), each followed by its gate, in sequence.
+
+    Returns ``{"window", "stages": {stage or stage_gate: figures}, "e2e": figures, "counts": {...}}``
+    (wall times in s, ``events`` the source's row changes in the window, RSS sampled under the span
+    ``<label>/<stage>``); ``counts`` adds up the window's topics (land: ``raw_records``; normalize:
+    the topics' raw, change, quarantined and control records; silver: ``tables``, ``changes``,
+    ``upserts``, ``deletes``). ``e2e``'s ``wall_s`` is the stages' and gates' wall times added, its
+    ``span_wall_s`` the whole span with the memory released before each (:func:`release_memory`,
+    about 1 s each); a failing stage stops the hour (``error``), a failing gate is recorded
+    (``gate_failures``) and the hour goes on. ``after_land`` runs once the land gate has read Kafka
+    (the caller may delete the topics there, so that the embedded broker's memory is free for the
+    later stages).
     """
     from cdclake.gates import GateFailed, run_gate
     from cdclake.land import land
     from cdclake.normalize import normalize
     from cdclake.silver import build_silver
-    from cdclake.window import Window
 
-    topic = topic_of(tag, warm)
-    window = Window(start, start + HOUR, (topic,))
+    topics = list(window.topics or cfg.topics())
     paths: dict = {}
     fns = {"land": land, "normalize": lambda *a: normalize(*a, paths=paths), "silver": build_silver}
-    out: dict = {"topic": topic, "window": str(window), "stages": {}, "counts": {}}
-    label = f"{'warm/' if warm else ''}{tag}"
+    out: dict = {"window": str(window), "stages": {}, "counts": {}}
     with sampler.span(f"{label}/e2e") as e2e:
         for stage in STAGES:
             log.info("%s: %s", label, stage)
@@ -113,9 +132,9 @@ def run_format(spark, cfg, sampler: RssSampler, tag: str, start: dt.datetime, ev
             if result is None:
                 break
             out["stages"][stage] = figures(s, events)
-            out["counts"][stage] = _counts(stage, result, topic)
-            if stage == "normalize" and topic in paths:  # records read by the fast path / the per-record parser
-                out["counts"]["normalize_paths"] = paths[topic]
+            out["counts"][stage] = _counts(stage, result, topics)
+            if stage == "normalize" and paths:  # records read by the fast path / the per-record parser
+                out["counts"]["normalize_paths"] = _added(paths.get(t, {}) for t in topics)
             if gates:
                 release_memory(spark)  # the DAG's gate task runs without a JVM: the stage's heap is not its own
                 with sampler.span(f"{label}/{stage}_gate") as g:
@@ -162,11 +181,20 @@ def release_memory(spark) -> None:
         time.sleep(0.5)
 
 
-def _counts(stage: str, result, topic: str) -> dict:
+def _added(counts) -> dict:
+    """Dicts of counts added up key by key."""
+    out: dict = {}
+    for c in counts:
+        for k, v in dict(c).items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def _counts(stage: str, result, topics: list[str]) -> dict:
     if stage == "land":
-        return {"raw_records": int(result.get(topic, 0))}
+        return {"raw_records": sum(int(result.get(t, 0)) for t in topics)}
     if stage == "normalize":
-        return dict(result.get(topic, {}))
+        return _added(result.get(t, {}) for t in topics)
     return {"tables": len(result), "changes": sum(r.changes for r in result), "upserts": sum(r.upserts for r in result),
             "deletes": sum(r.deletes for r in result)}
 

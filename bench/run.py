@@ -34,6 +34,7 @@ if str(REPO_ROOT / "jobs") not in sys.path:
     sys.path.insert(0, str(REPO_ROOT / "jobs"))
 
 from bench import data as bdata  # noqa: E402
+from bench import tables as btables  # noqa: E402
 from bench.sampler import RssSampler  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -75,7 +76,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--speedup", default="", metavar="TAGS",
                    help="then the same hour of these formats with --master local[1], in a second run: the parallel "
                         "speedup per stage (e.g. dbz,canal)")
+    btables.add_arguments(p)
     args = p.parse_args(argv)
+    btables.parse_arguments(p, args)
     args.formats = [t.strip() for t in args.formats.split(",") if t.strip()]
     unknown = [t for t in args.formats if t not in ALL_FORMATS]
     if unknown:
@@ -437,6 +440,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         reset_lake(state)
     bootstrap, broker_pid = broker_up(state)
     log.info("embedded broker at %s, lake in %s", bootstrap, state)
+    if args.tables:  # the cost per table alone
+        return btables.main(args, state, bootstrap, broker_pid, results, json_path)
 
     # -- input (not measured) --------------------------------------------------------------
     t0 = time.monotonic()

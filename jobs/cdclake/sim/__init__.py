@@ -6,9 +6,9 @@
 >>> messages = debezium_json(history, src.tables)            # or debezium_avro, canal_json, arcion_json, maxwell_json, dms_json, ogg_json, ...
 >>> expected = src.final_state()                            # {table: {pk: {col: value}}}
 
-``create_topic`` / ``produce`` put the messages on a broker.
+``create_topic`` / ``produce`` put the messages on a broker (``create_topics`` / ``produce_to``: many topics).
 """
-from cdclake.sim.kafka import create_topic, produce
+from cdclake.sim.kafka import create_topic, create_topics, produce, produce_to
 from cdclake.sim.model import (
     TABLES,
     Column,
@@ -64,11 +64,13 @@ __all__ = [
     "as_text",
     "canal_json",
     "create_topic",
+    "create_topics",
     "debezium_json",
     "decimal_from_base64",
     "decimal_to_base64",
     "delivery_delay_ms",
     "produce",
+    "produce_to",
     "replay",
     "state_before",
 ]

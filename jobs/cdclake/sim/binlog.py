@@ -51,12 +51,14 @@ def _change_size(table: Table, before: Optional[Mapping], after: Optional[Mappin
     return sum(_row_image_size(table, img) for img in (before, after) if img is not None)
 
 
-def assign_binlog_coordinates(logical: list[tuple[int, str, list]], rng: random.Random) -> list[Transaction]:
+def assign_binlog_coordinates(logical: list[tuple[int, str, list]], rng: random.Random,
+                              tables: Mapping[str, Table] = TABLES) -> list[Transaction]:
     """The committed transactions of a logical history, with GTIDs, threads and binlog coordinates.
 
     ``logical`` is ``[(commit_ts_ms, kind, changes)]`` in commit order, ``changes`` a list of
     ``(table, op, before, after)`` with ``op`` ``insert``/``update``/``delete`` and row images as
-    dicts (None for a missing image), tables from :data:`cdclake.sim.model.TABLES`. The result
+    dicts (None for a missing image), tables from ``tables`` (default :data:`cdclake.sim.model.TABLES`,
+    the shop's; any definitions whose names the changes use). The result
     has one :class:`Transaction` per entry: ``tx_id``/``gtid`` ``server_uuid:sequence``, binlog
     files rotating by size (about six per history, so every history crosses ``mysql-bin.000009``
     → ``mysql-bin.000010``), ``snapshot`` set for ``kind == "bulk_load"``. All randomness (server
@@ -73,7 +75,7 @@ def assign_binlog_coordinates(logical: list[tuple[int, str, list]], rng: random.
     for ts, kind, changes in logical:
         events: list[list] = []
         for ch in changes:
-            table = TABLES[ch[0]]
+            table = tables[ch[0]]
             size = _change_size(table, ch[2], ch[3])
             if events and events[-1][0] == (ch[0], ch[1]) and events[-1][1] + size <= _MAX_ROWS_EVENT:
                 events[-1][1] += size
@@ -81,7 +83,7 @@ def assign_binlog_coordinates(logical: list[tuple[int, str, list]], rng: random.
             else:
                 events.append([(ch[0], ch[1]), _ROWS_HEADER + size, [ch]])
         tx_size = _GTID_EVENT + _BEGIN_EVENT + _XID_EVENT + sum(
-            40 + len(DATABASE) + len(e[0][0]) + len(TABLES[e[0][0]].columns) + e[1] for e in events)
+            40 + len(DATABASE) + len(e[0][0]) + len(tables[e[0][0]].columns) + e[1] for e in events)
         planned.append((ts, kind, events, tx_size))
         total += tx_size
     # About six files per history, so every history crosses 000009 → 000010.
@@ -97,9 +99,9 @@ def assign_binlog_coordinates(logical: list[tuple[int, str, list]], rng: random.
         p = pos + _GTID_EVENT + _BEGIN_EVENT
         changes = []
         for (tname, _op), size, rows in events:
-            p += 40 + len(DATABASE) + len(tname) + len(TABLES[tname].columns)  # Table_map event
+            p += 40 + len(DATABASE) + len(tname) + len(tables[tname].columns)  # Table_map event
             for i, (table, op, before, after) in enumerate(rows):
-                key = TABLES[table].key_of(after if after is not None else before)
+                key = tables[table].key_of(after if after is not None else before)
                 changes.append(RowChange(table, op, before, after, key, fname, p, i))
             p += size
         pos = p + _XID_EVENT
