@@ -34,7 +34,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Optional
 
-from cdclake import kafka_ranges
+from cdclake import kafka_ranges, kafka_read
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import LandingShrinks, task_error
@@ -155,10 +155,11 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
     (logged: :func:`report_future`; ``land.max_future_skew_s``).
 
     Waits first until ``land.grace_s`` seconds after the window's end (:func:`settle_seconds`).
-    Plans each partition's offset ranges from the ledger (:func:`plan`); one Spark task per topic
-    partition reads them with confluent-kafka and hands its records to the JVM as Arrow batches
-    (:func:`cdclake.kafka_ranges.arrow_batches`), reporting the exact range of every hour; one
-    atomic overwrite of the window in the raw table, then the ledger's rows of the window. Raises
+    Plans each partition's offset ranges from the ledger (:func:`plan`); at most one Spark task per
+    core reads them, each a group of partitions of about equal records
+    (:func:`cdclake.kafka_read.task_groups`) with one confluent-kafka consumer, and hands its records
+    to the JVM as Arrow batches (:func:`cdclake.kafka_read.read_partitions`), reporting the exact
+    range of every partition and hour; one atomic overwrite of the window in the raw table, then the ledger's rows of the window. Raises
     ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
     :class:`LandingShrinks`: a task that re-reads a landed hour and finds fewer records than the
     ledger says it landed (:func:`shrinking`) fails, so the overwrite commits nothing and Kafka is
@@ -191,26 +192,28 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
     reported = spark.sparkContext.accumulator([], _Ranges())
     reported_future = spark.sparkContext.accumulator([], _Ranges())
     driver = os.getpid()
+    groups = kafka_read.task_groups(parts, kafka_read.estimate_records(bootstrap, plans, timeout, client),
+                                    spark.sparkContext.defaultParallelism)
+
+    def done(topic: str, p: int, ranges: list[OffsetRange], future: FutureStamped) -> None:
+        reason = shrinking(ranges, landed)
+        if reason is not None:  # fails the job: the overwrite commits nothing
+            raise LandingShrinks(reason)
+        reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
+                      for r in ranges])
+        if future.count:
+            reported_future.add([(topic, p, future.count, list(future.samples))])
 
     def read(batches):
         for b in batches:
-            for topic, p in zip(b.column(0).to_pylist(), b.column(1).to_pylist()):
-                ranges: list[OffsetRange] = []
-                future = FutureStamped(topic, p)
-                yield from kafka_ranges.arrow_batches(bootstrap, plans[(topic, p)], schema, ranges, timeout, client,
-                                                      after_batch=lambda: kill_point("land.writing", driver),
-                                                      max_future_skew_s=skew_s, future=future)
-                reason = shrinking(ranges, landed)
-                if reason is not None:  # fails the job: the overwrite commits nothing
-                    raise LandingShrinks(reason)
-                reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
-                              for r in ranges])
-                if future.count:
-                    reported_future.add([(topic, p, future.count, list(future.samples))])
+            for g in b.column(0).to_pylist():
+                yield from kafka_read.read_partitions(bootstrap, [plans[tp] for tp in groups[g]], schema, done, timeout,
+                                                      client, after_batch=lambda: kill_point("land.writing", driver),
+                                                      max_future_skew_s=skew_s)
 
-    # one row, and so one task, per topic partition
-    todo = spark.createDataFrame(spark.sparkContext.parallelize(parts, max(1, len(parts))),
-                                 "kafka_topic string, kafka_partition int")
+    # one row, and so one task, per group of partitions
+    todo = spark.createDataFrame(spark.sparkContext.parallelize([(g,) for g in range(len(groups))],
+                                                                max(1, len(groups))), "task_group int")
     df = todo.mapInArrow(read, RAW_SCHEMA)
     # a landed partition Kafka no longer has (the topic recreated with fewer) holds no record now
     reason = shrinking([OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), 0, 0, 0)
