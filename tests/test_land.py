@@ -2,7 +2,7 @@
 offset ranges give them (``cdclake.kafka_ranges``), and refuses to shrink a landed hour.
 
 Records cross from the reading tasks into Spark as Arrow batches
-(``cdclake.kafka_ranges.arrow_batches``); these tests check what arrives in the raw table against
+(``cdclake.kafka_read.read_partitions``); these tests check what arrives in the raw table against
 what was produced: keys and values (null, empty, not UTF-8), headers, timestamps, partitions,
 offsets and landed hours, including a record whose timestamp is older than one before it.
 """
@@ -157,3 +157,81 @@ def test_land_refuses_to_replace_the_hour_of_a_partition_kafka_no_longer_has(sta
     with pytest.raises(LandingShrinks, match=rf"{topic}\[1\] hour .*0 records where 10 were landed"):
         land(spark, cfg, window)
     assert spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'").count() == 20
+
+
+def test_task_groups_spread_partitions_by_records():
+    """Land's reading tasks: at most one per core, each partition in exactly one, the heaviest
+    first to the lightest group, a partition of unknown weight weighed as the heaviest known."""
+    from cdclake.kafka_read import task_groups
+
+    parts = [(f"t{i}", 0) for i in range(7)] + [("big", 0), ("big", 1)]
+    weights = {**{(f"t{i}", 0): 10 for i in range(7)}, ("big", 0): 60, ("big", 1): 5}
+    groups = task_groups(parts, weights, 2)
+    assert sorted(tp for g in groups for tp in g) == sorted(parts)
+    # big[0] alone, then the t's to the other group until it is as heavy; each in the order given
+    assert groups == [[("t6", 0), ("big", 0)], [(f"t{i}", 0) for i in range(6)] + [("big", 1)]]
+    assert sorted(task_groups(parts, weights, 20)) == sorted([tp] for tp in parts)
+    assert task_groups([], {}, 2) == []
+    assert task_groups(parts[:1], {}, 4) == [parts[:1]]
+    unknown = task_groups([("a", 0), ("b", 0), ("c", 0)], {("a", 0): 4}, 2)
+    assert sorted(len(g) for g in unknown) == [1, 2]
+
+
+def test_land_reads_many_topics_with_fewer_tasks_exactly(stack, spark, unique):
+    """Eight topics of one or two partitions (twelve partitions, some without a record in an hour)
+    are read by at most one task per core, each task reading several partitions with one consumer:
+    the first landing, the next hour (reads starting at the ledger's offsets) and a rerun of both
+    give every record exactly once, the ledger's ranges tile each partition, and the gate passes."""
+    from cdclake.catalog import qualified
+    from cdclake.config import load_pipeline
+    from cdclake.gates import run_gate
+    from cdclake.land import land
+    from cdclake.lake import MANIFEST_TABLE, RAW_TABLE
+    from cdclake.window import Window
+
+    base = hour(11)
+    topics = {f"many{i}.{unique}": 1 + i % 2 for i in range(8)}
+    produced = {}
+    for i, (topic, partitions) in enumerate(topics.items()):
+        recs = [(p, ms(base) + h * 3_600_000 + 1000 * j + p, f"k{j}", f'{{"t":{i},"h":{h},"j":{j}}}')
+                for p in range(partitions) for h in (0, 1) for j in range((i + p + h) % 4 * 3)]
+        produce(stack["bootstrap"], topic, recs, partitions=partitions)
+        for p in range(partitions):
+            produced[(topic, p)] = [r for r in recs if r[0] == p]
+    cfg = load_pipeline(write_pipeline(f"many_{unique}", [{"topic": t, "format": "debezium-json"} for t in topics]))
+    hours = [Window(base, base + dt.timedelta(hours=1)), Window(base + dt.timedelta(hours=1), base + dt.timedelta(hours=2))]
+    for w in hours:
+        assert sum(land(spark, cfg, w).values()) == sum(1 for rs in produced.values() for r in rs
+                                                        if w.start <= dt.datetime.fromtimestamp(r[1] / 1000, UTC) < w.end)
+        assert run_gate("land", cfg, w)["frames"]["offsets"] == 12
+    both = Window(base, base + dt.timedelta(hours=2))
+    assert land(spark, cfg, both) == {t: sum(len(produced[(t, p)]) for p in range(n)) for t, n in topics.items()}
+
+    names = list(topics)
+    raw = (spark.table(qualified(cfg, RAW_TABLE)).where(spark_in("kafka_topic", names))
+           .select("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp_ms", "value", "landed_hour").collect())
+    got = {}
+    for r in raw:
+        got.setdefault((r.kafka_topic, r.kafka_partition), []).append(r)
+    for tp, recs in produced.items():
+        rows = sorted(got.get(tp, []), key=lambda r: r.kafka_offset)
+        assert [r.kafka_offset for r in rows] == list(range(len(recs))), tp
+        assert [(r.kafka_timestamp_ms, bytes(r.value).decode()) for r in rows] == [(x[1], x[3]) for x in recs], tp
+        assert all(r.landed_hour.replace(tzinfo=UTC) == base + dt.timedelta(hours=(r.kafka_timestamp_ms - ms(base))
+                                                                          // 3_600_000) for r in rows), tp
+    ledger = {}
+    for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(spark_in("kafka_topic", names)).collect():
+        ledger.setdefault((r.kafka_topic, r.kafka_partition), []).append((r.landed_hour, r.start_offset, r.end_offset,
+                                                                          r.records))
+    assert set(ledger) == set(produced)
+    for tp, ranges in ledger.items():
+        ranges.sort()
+        assert len(ranges) == 2 and ranges[0][1] == 0 and ranges[0][2] == ranges[1][1], (tp, ranges)
+        assert ranges[1][2] == len(produced[tp]) and sum(r[3] for r in ranges) == len(produced[tp]), (tp, ranges)
+    assert run_gate("land", cfg, both)["frames"] == {"offsets": 24, "ledger": 12}
+
+
+def spark_in(column: str, values: list[str]):
+    from pyspark.sql import functions as F
+
+    return F.col(column).isin(values)

@@ -137,6 +137,22 @@ def test_a_backfill_before_the_first_landed_hour_takes_the_gap(stack, spark, uni
     assert run_gate("land", cfg, _window(2, 6, topic))["frames"] == {"offsets": 4, "ledger": 1}
 
 
+def test_a_backfill_hours_before_the_next_landed_hour_ends_where_it_starts(stack, spark, unique):
+    """Hour 5 is the partition's first landing; a backfill of hour 1, hours before it (the ledger's
+    next range is not in the hour after the window), takes every record up to hour 5's range, which
+    the plan finds among the later hours, and the hours between are then empty."""
+    from cdclake.land import land
+
+    topic = f"farnext.{unique}"
+    cfg = _cfg(unique, topic)
+    records = [(0, _h(h) + 1000 * i, None, f"h{h}-{i}") for h in (1, 2, 3, 4, 5) for i in range(2)]
+    produce(stack["bootstrap"], topic, records)
+    assert land(spark, cfg, _window(5, 6, topic)) == {topic: 2}
+    assert land(spark, cfg, _window(1, 2, topic)) == {topic: 8}
+    assert land(spark, cfg, _window(3, 4, topic)) == {topic: 0}
+    assert ledger_rows(spark, cfg, topic) == [(0, hour(1), 0, 8, 8), (0, hour(3), 8, 8, 0), (0, hour(5), 8, 10, 2)]
+
+
 def test_the_land_gate_fails_on_a_gap_in_the_ledger(stack, spark, unique):
     from cdclake.catalog import qualified
     from cdclake.lake import MANIFEST_TABLE

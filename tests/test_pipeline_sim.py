@@ -180,3 +180,20 @@ def test_bronze_files_hold_each_table_s_changes_together(stack, spark, unique):
     assert sorted(seen) == sorted(tables[i % 3] for i in range(900))
     for t in tables:
         assert len(silver_rows(spark, path, f"mix_mix__{t}")) == 300
+
+
+def test_normalize_gathers_small_files_into_few_parsing_tasks(spark):
+    """A window of many small files (one topic per source table) is parsed in a multiple of the
+    cores' count of tasks of about ``PARSE_TASK_RECORDS`` records, gathered without a shuffle; one
+    of fewer partitions than cores is spread over every core; one of large partitions is kept."""
+    from cdclake.normalize import PARSE_TASK_RECORDS, _parse_tasks
+
+    def tasks(df, cores=2):
+        out = _parse_tasks(df, cores)
+        return out.rdd.getNumPartitions(), "Exchange" in out._jdf.queryExecution().executedPlan().toString()
+
+    assert tasks(spark.range(0, 5_000, numPartitions=50)) == (2, False)
+    assert tasks(spark.range(0, 3 * PARSE_TASK_RECORDS, numPartitions=50)) == (4, False)
+    assert tasks(spark.range(0, 3 * PARSE_TASK_RECORDS, numPartitions=50), cores=4) == (4, False)
+    assert tasks(spark.range(0, 100, numPartitions=1)) == (2, True)
+    assert tasks(spark.range(0, 10 * PARSE_TASK_RECORDS, numPartitions=8)) == (8, False)

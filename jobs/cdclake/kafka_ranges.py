@@ -28,9 +28,9 @@ would land nothing of the partition until the wall clock passed its timestamp. T
 each range's bounds while it reads (:func:`read_pieces`), because a broker's ``offsets_for_times``
 and end offsets may be approximate; the land stage records the ranges it reports.
 
-The land gate observes the log again on its own by offset (:func:`observe_ranges`). One Spark
-task reads one topic partition, as Spark's own Kafka batch source does, and hands its records to
-the JVM as Arrow batches (:func:`arrow_batches`).
+The land gate observes the log again on its own by offset (:func:`observe_ranges`). Land's
+reading tasks, each reading several partitions with one consumer into Arrow batches, are
+:mod:`cdclake.kafka_read`'s.
 """
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ def _client_conf(bootstrap: str, extra: Optional[dict] = None) -> dict:
             "group.id": "cdclake-land", "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             # the end of a partition is known when a fetch comes back empty; the broker holds an empty
-            # fetch this long (librdkafka's default is 500 ms, paid by every partition read to its end)
-            "fetch.wait.max.ms": 10}
+            # fetch this long (librdkafka's default is 500 ms, paid by every partition read to its end;
+            # 10 ms still cost a hundred one-partition topics a second)
+            "fetch.wait.max.ms": 1}
     conf.update(extra or {})
     return conf
 
@@ -179,8 +180,9 @@ def _consume(cons, where: str, timeout_s: float) -> Iterator:
     idle_since = time.monotonic()
     while True:
         # consume() waits for a full batch or its timeout: keep the timeout short (a partition's
-        # last records and its end arrive in a short batch), count idle time
-        msgs = cons.consume(num_messages=10_000, timeout=0.01)
+        # last records and its end arrive in a short batch: 10 ms was most of the time a partition
+        # of a hundred records took), count idle time
+        msgs = cons.consume(num_messages=10_000, timeout=0.001)
         if not msgs:
             if time.monotonic() - idle_since > timeout_s:
                 raise KafkaUnavailable(f"{where}: nothing read for {timeout_s:.0f}s (neither records nor end of log)")
@@ -285,6 +287,8 @@ def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float =
         _assign(cons, piece.topic, piece.partition, start)
         run_max = -1
         for m in _consume(cons, where, timeout_s):
+            if m.partition() != piece.partition or m.topic() != piece.topic:
+                continue  # of a partition the consumer read before (dropped by librdkafka on assign)
             off = m.offset()
             if m.error() is not None:  # end of the log
                 end = off if piece.stop is None else piece.stop
@@ -319,82 +323,6 @@ def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float =
     if landed_from is None:  # a first landing that found nothing: the range is empty, at its end
         landed_from = end
     ranges.extend(_piece_ranges(piece, landed_from, end, first, counts))
-
-
-#: Arrow batches of :func:`arrow_batches` close at this many bytes of keys and values, or at
-#: :data:`ARROW_BATCH_RECORDS` records.
-ARROW_BATCH_BYTES = 16 * 1024 * 1024
-ARROW_BATCH_RECORDS = 20_000
-
-
-def arrow_batches(bootstrap: str, pieces: list[Piece], schema, ranges: list[OffsetRange], timeout_s: float = 30.0,
-                  client: Optional[dict] = None, after_batch=None, max_future_skew_s: Optional[float] = None,
-                  future: Optional[FutureStamped] = None) -> Iterator:
-    """The records of ``pieces`` (one topic partition, in offset order) as pyarrow ``RecordBatch`` es.
-
-    ``schema`` is the Arrow form of ``cdclake.lake.RAW_SCHEMA`` (kafka_topic string, kafka_partition
-    int32, kafka_offset int64, kafka_timestamp_ms int64, key binary, value binary, headers
-    list<struct<name string, value binary>>, landed_hour timestamp[us, UTC]); a batch holds at most
-    :data:`ARROW_BATCH_RECORDS` records and closes once its keys and values pass
-    :data:`ARROW_BATCH_BYTES`; headers become ``{name, value}`` items (an empty list when there
-    are none), ``landed_hour`` the start of the record's landed hour (:func:`scan_piece`). The
-    pieces' ledger ranges are appended to ``ranges`` once read; ``after_batch()``, when given, is
-    called after each batch was taken. ``max_future_skew_s`` and ``future``: the future-stamped
-    records' threshold (seconds) and their report, as in :func:`scan_piece`. Built column by
-    column, so that a landed record crosses into Spark as Arrow columns rather than as a pickled
-    row. Raises :class:`KafkaUnavailable`.
-    """
-    import pyarrow as pa
-
-    names = [f.name for f in schema]
-    assert names == ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp_ms", "key", "value",
-                     "headers", "landed_hour"], names
-    if not pieces:
-        return
-
-    topic, partition = pieces[0].topic, pieces[0].partition
-
-    def batch(offsets, stamps, keys, values, headers, hours_us):
-        n = len(offsets)
-        arrays = [pa.array([topic] * n, schema.field(0).type), pa.array([partition] * n, schema.field(1).type),
-                  pa.array(offsets, schema.field(2).type), pa.array(stamps, schema.field(3).type),
-                  pa.array(keys, schema.field(4).type), pa.array(values, schema.field(5).type),
-                  pa.array(headers, schema.field(6).type), pa.array(hours_us, schema.field(7).type)]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    cols: tuple[list, ...] = ([], [], [], [], [], [])
-    offsets, stamps, keys, values, headers, hours_us = cols
-    size = 0
-
-    def flush():
-        out = batch(*cols)
-        for c in cols:
-            c.clear()
-        return out
-
-    cons = consumer(bootstrap, client)
-    try:
-        for piece in pieces:
-            for m, hour_ms in scan_piece(cons, piece, ranges, timeout_s, max_future_skew_s, future):
-                key, value, hs = m.key(), m.value(), m.headers()
-                offsets.append(m.offset())
-                stamps.append(m.timestamp()[1])
-                keys.append(key)
-                values.append(value)
-                headers.append([{"name": n, "value": v} for n, v in hs] if hs else [])
-                hours_us.append(hour_ms * 1000)
-                size += (len(key) if key else 0) + (len(value) if value else 0)
-                if size >= ARROW_BATCH_BYTES or len(offsets) >= ARROW_BATCH_RECORDS:
-                    yield flush()
-                    size = 0
-                    if after_batch is not None:
-                        after_batch()
-        if offsets:
-            yield flush()
-            if after_batch is not None:
-                after_batch()
-    finally:
-        cons.close()
 
 
 #: Partitions :func:`observe_ranges` reads at once, each with its own consumer.

@@ -34,7 +34,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Optional
 
-from cdclake import kafka_ranges
+from cdclake import kafka_ranges, kafka_read
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import LandingShrinks, task_error
@@ -70,39 +70,74 @@ def settle_seconds(cfg: PipelineConfig, window: Window, now: Optional[dt.datetim
     return max(0.0, (window.end - now).total_seconds() + cfg.land.grace_s)
 
 
+#: Iceberg read options of the ledger: a file per topic and landed hour, a few hundred bytes each,
+#: read a thousand to a task (Iceberg's default open cost of 4 MB made a task of every four files:
+#: 500 tasks for a thousand topics' two hours).
+LEDGER_READ_OPTIONS = {"split-size": str(64 << 20), "file-open-cost": str(64 << 10)}
+
+
 def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window, parts: list[tuple[str, int]]
          ) -> tuple[dict[tuple[str, int], list[Piece]], dict[tuple[str, int, int], int]]:
     """``(pieces, landed)``: the pieces that land ``window`` for each ``(topic, partition)`` of
     ``parts``, from the ledger, and the records the ledger says each of the window's landed hours
     holds, ``{(topic, partition, hour_ms): records}``.
 
-    One query of the ledger gives, per partition, its ranges inside the window, the end of its
-    latest range before the window and the start of its earliest range after it
-    (:func:`cdclake.kafka_ranges.plan_partition`).
+    The ledger gives, per partition, its ranges inside the window, the end of its latest range
+    before the window and the start of its earliest range after it
+    (:func:`cdclake.kafka_ranges.plan_partition`): first from the window and the hour on each side
+    of it (a run after the hour before: the ledger's files of those hours only); then, for the
+    partitions that have no range in the hour before (or after) it, from every earlier (later)
+    hour of their topics, which Iceberg skips by partition where there is none.
     """
     from pyspark.sql import functions as F
 
+    hour = dt.timedelta(hours=1)
+    ledger = spark.read.options(**LEDGER_READ_OPTIONS).table(qualified(cfg, MANIFEST_TABLE))
+    start, end = window.start, window.end
     topics = sorted({t for t, _ in parts})
-    ledger = spark.table(qualified(cfg, MANIFEST_TABLE)).where(F.col("kafka_topic").isin(topics))
+    near = _ledger_bounds(ledger.where(F.col("kafka_topic").isin(topics)
+                                       & (F.col("landed_hour") >= F.lit(start - hour).cast("timestamp"))
+                                       & (F.col("landed_hour") < F.lit(end + hour).cast("timestamp"))), window)
+    no_prev = sorted({t for t, p in parts if near.get((t, p), (None,))[0] is None})
+    no_next = sorted({t for t, p in parts if near.get((t, p), (None, None))[1] is None})
+    far = {}
+    if no_prev or no_next:
+        far = _ledger_bounds(ledger.where(
+            (F.col("kafka_topic").isin(no_prev) & (F.col("landed_hour") < F.lit(start - hour).cast("timestamp")))
+            | (F.col("kafka_topic").isin(no_next) & (F.col("landed_hour") >= F.lit(end + hour).cast("timestamp")))),
+            window)
+    inside: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+    landed: dict[tuple[str, int, int], int] = {}
+    for tp, (_, _, ranges) in near.items():
+        for h, s_off, e_off, n in ranges:
+            inside.setdefault(tp, {})[h] = (s_off, e_off)
+            landed[(*tp, h)] = n
+    hours = [int(h.timestamp() * 1000) for h in window.hours()]
+    pieces = {}
+    for tp in parts:
+        prev_end, next_start, _ = near.get(tp, (None, None, []))
+        far_prev, far_next, _ = far.get(tp, (None, None, []))
+        pieces[tp] = kafka_ranges.plan_partition(tp[0], tp[1], hours, inside.get(tp, {}),
+                                                 far_prev if prev_end is None else prev_end,
+                                                 far_next if next_start is None else next_start)
+    return pieces, landed
+
+
+def _ledger_bounds(ledger, window: Window) -> dict[tuple[str, int], tuple[Optional[int], Optional[int], list]]:
+    """Per ``(topic, partition)`` of the ledger rows ``ledger``: the end offset of the latest range
+    before ``window``, the start offset of the earliest range after it (None: none), and the ranges
+    inside it as ``(hour_ms, start, end, records)``."""
+    from pyspark.sql import functions as F
+
     start, end = (F.lit(window.start).cast("timestamp"), F.lit(window.end).cast("timestamp"))
     before, after = F.col("landed_hour") < start, F.col("landed_hour") >= end
     inside_range = F.struct(F.expr("unix_millis(landed_hour)").alias("h"), "start_offset", "end_offset", "records")
-    inside: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
-    around: dict[tuple[str, int], tuple[Optional[int], Optional[int]]] = {}
-    landed: dict[tuple[str, int, int], int] = {}
-    for r in ledger.groupBy("kafka_topic", "kafka_partition").agg(
-            F.max_by(F.when(before, F.col("end_offset")), F.when(before, F.col("landed_hour"))).alias("prev_end"),
-            F.min_by(F.when(after, F.col("start_offset")), F.when(after, F.col("landed_hour"))).alias("next_start"),
-            F.collect_list(F.when(~before & ~after, inside_range)).alias("inside")).collect():
-        tp = (r.kafka_topic, r.kafka_partition)
-        around[tp] = (r.prev_end, r.next_start)
-        for x in r.inside:
-            inside.setdefault(tp, {})[x.h] = (x.start_offset, x.end_offset)
-            landed[(*tp, x.h)] = x.records
-    hours = [int(h.timestamp() * 1000) for h in window.hours()]
-    pieces = {tp: kafka_ranges.plan_partition(tp[0], tp[1], hours, inside.get(tp, {}), *around.get(tp, (None, None)))
-              for tp in parts}
-    return pieces, landed
+    return {(r.kafka_topic, r.kafka_partition): (r.prev_end, r.next_start,
+                                                 [(x.h, x.start_offset, x.end_offset, x.records) for x in r.inside])
+            for r in ledger.groupBy("kafka_topic", "kafka_partition").agg(
+                F.max_by(F.when(before, F.col("end_offset")), F.when(before, F.col("landed_hour"))).alias("prev_end"),
+                F.min_by(F.when(after, F.col("start_offset")), F.when(after, F.col("landed_hour"))).alias("next_start"),
+                F.collect_list(F.when(~before & ~after, inside_range)).alias("inside")).collect()}
 
 
 def _ledger_rows(reported: list[tuple], plans: dict[tuple[str, int], list[Piece]]) -> list[OffsetRange]:
@@ -155,10 +190,11 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
     (logged: :func:`report_future`; ``land.max_future_skew_s``).
 
     Waits first until ``land.grace_s`` seconds after the window's end (:func:`settle_seconds`).
-    Plans each partition's offset ranges from the ledger (:func:`plan`); one Spark task per topic
-    partition reads them with confluent-kafka and hands its records to the JVM as Arrow batches
-    (:func:`cdclake.kafka_ranges.arrow_batches`), reporting the exact range of every hour; one
-    atomic overwrite of the window in the raw table, then the ledger's rows of the window. Raises
+    Plans each partition's offset ranges from the ledger (:func:`plan`); at most one Spark task per
+    core reads them, each a group of partitions of about equal records
+    (:func:`cdclake.kafka_read.task_groups`) with one confluent-kafka consumer, and hands its records
+    to the JVM as Arrow batches (:func:`cdclake.kafka_read.read_partitions`), reporting the exact
+    range of every partition and hour; one atomic overwrite of the window in the raw table, then the ledger's rows of the window. Raises
     ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
     :class:`LandingShrinks`: a task that re-reads a landed hour and finds fewer records than the
     ledger says it landed (:func:`shrinking`) fails, so the overwrite commits nothing and Kafka is
@@ -191,26 +227,28 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
     reported = spark.sparkContext.accumulator([], _Ranges())
     reported_future = spark.sparkContext.accumulator([], _Ranges())
     driver = os.getpid()
+    groups = kafka_read.task_groups(parts, kafka_read.estimate_records(bootstrap, plans, timeout, client),
+                                    spark.sparkContext.defaultParallelism)
+
+    def done(topic: str, p: int, ranges: list[OffsetRange], future: FutureStamped) -> None:
+        reason = shrinking(ranges, landed)
+        if reason is not None:  # fails the job: the overwrite commits nothing
+            raise LandingShrinks(reason)
+        reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
+                      for r in ranges])
+        if future.count:
+            reported_future.add([(topic, p, future.count, list(future.samples))])
 
     def read(batches):
         for b in batches:
-            for topic, p in zip(b.column(0).to_pylist(), b.column(1).to_pylist()):
-                ranges: list[OffsetRange] = []
-                future = FutureStamped(topic, p)
-                yield from kafka_ranges.arrow_batches(bootstrap, plans[(topic, p)], schema, ranges, timeout, client,
-                                                      after_batch=lambda: kill_point("land.writing", driver),
-                                                      max_future_skew_s=skew_s, future=future)
-                reason = shrinking(ranges, landed)
-                if reason is not None:  # fails the job: the overwrite commits nothing
-                    raise LandingShrinks(reason)
-                reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
-                              for r in ranges])
-                if future.count:
-                    reported_future.add([(topic, p, future.count, list(future.samples))])
+            for g in b.column(0).to_pylist():
+                yield from kafka_read.read_partitions(bootstrap, [plans[tp] for tp in groups[g]], schema, done, timeout,
+                                                      client, after_batch=lambda: kill_point("land.writing", driver),
+                                                      max_future_skew_s=skew_s)
 
-    # one row, and so one task, per topic partition
-    todo = spark.createDataFrame(spark.sparkContext.parallelize(parts, max(1, len(parts))),
-                                 "kafka_topic string, kafka_partition int")
+    # one row, and so one task, per group of partitions
+    todo = spark.createDataFrame(spark.sparkContext.parallelize([(g,) for g in range(len(groups))],
+                                                                max(1, len(groups))), "task_group int")
     df = todo.mapInArrow(read, RAW_SCHEMA)
     # a landed partition Kafka no longer has (the topic recreated with fewer) holds no record now
     reason = shrinking([OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), 0, 0, 0)

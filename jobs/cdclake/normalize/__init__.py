@@ -83,11 +83,7 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
            .where(window_filter(window, topics)))
     parsers = register_schemas(spark, cfg, raw, parsers)
 
-    # A small hour (or one landed before row groups were capped) is one row group, read in one
-    # task: spread its records over every core, as the parsers are the stage's main work.
-    cores = spark.sparkContext.defaultParallelism
-    if raw.rdd.getNumPartitions() < cores:
-        raw = raw.repartition(cores)
+    raw = _parse_tasks(raw, spark.sparkContext.defaultParallelism)
     arrow_schema = tagged_arrow_schema()
     max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth
     tagged = raw.mapInArrow(lambda batches: parse_batches(parsers, arrow_schema, batches, max_bytes, max_depth),
@@ -102,6 +98,40 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
         raise stopped from None
     finally:
         tagged.unpersist()
+
+
+#: Raw records one parsing task takes at least, where the window's files are small: a task (a
+#: Python worker started, the parsers unpickled, a file writer per table partition) costs about
+#: what parsing some ten thousand records does.
+PARSE_TASK_RECORDS = 100_000
+
+
+def _parse_tasks(raw, cores: int):
+    """``raw`` (the window's raw rows, one Spark partition per row group or per few small files) in
+    partitions the parsers take one task each: a window smaller than ``cores`` partitions (a small
+    hour, or one landed before row groups were capped, is one row group) spread over every core by
+    a shuffle, as the parsers are the stage's main work; one of many small files (one topic per
+    source table: a file per topic and hour) gathered without a shuffle into a multiple of
+    ``cores`` tasks of about :data:`PARSE_TASK_RECORDS` records (the count Iceberg's scan planning
+    gives, from the files' metadata)."""
+    n = raw.rdd.getNumPartitions()
+    if n < cores:
+        return raw.repartition(cores)
+    rows = _planned_rows(raw)
+    if rows is None:
+        return raw
+    tasks = -(-max(1, -(-rows // PARSE_TASK_RECORDS)) // cores) * cores
+    return raw.coalesce(tasks) if tasks < n else raw
+
+
+def _planned_rows(df) -> Optional[int]:
+    """The rows Spark's optimizer says ``df`` holds (an Iceberg scan counts its files' records, less
+    what delete files may remove), or None when it does not say."""
+    try:
+        count = df._jdf.queryExecution().optimizedPlan().stats().rowCount()
+        return int(str(count.get())) if count.isDefined() else None
+    except Exception:  # noqa: BLE001  (a plan without statistics: the partitions as planned)
+        return None
 
 
 def _write(spark: "SparkSession", window: Window, topics: list[str], parsers: dict, tagged, cfg: PipelineConfig,
