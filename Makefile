@@ -20,7 +20,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo inspect test test-extended imports size lint bench bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock lock-dbz clean
+.PHONY: all deps venv demo inspect test test-extended imports size lint bench bench-tables bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock lock-dbz clean
 
 all: test
 
@@ -108,6 +108,11 @@ $(FLINK_VENV)/.installed: bench/requirements-flink.txt
 BENCH_ARGS ?=
 bench: venv $(FLINK_VENV)/.installed
 	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.run $(BENCH_ARGS)
+
+# The cost per source table: an hour of TABLES tables (comma list), one Debezium topic each (bench/tables.py).
+TABLES ?= 100
+bench-tables: venv
+	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.run --tables $(TABLES) $(BENCH_ARGS)
 
 # Normalize's Python worker alone (parse_batches on Arrow batches), one process, with a cProfile or py-spy listing.
 bench-profile: venv
