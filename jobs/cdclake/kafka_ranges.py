@@ -343,19 +343,21 @@ class Observed:
 
 def observe_partition(bootstrap: str, topic: str, partition: int, ranges: list[tuple[int, int]],
                       timeout_s: float = 30.0, client: Optional[dict] = None,
-                      dense: Optional[list[bool]] = None) -> Observed:
+                      dense: Optional[list[bool]] = None, cons=None) -> Observed:
     """Count the records Kafka holds now in each ``[start, end)`` of ``ranges`` (ascending, tiling).
 
     One read by offset from the first start to the last end of the ranges that need it. A range
     marked in ``dense`` (the caller holds a record at every one of its offsets, exactly once) is
     not read: Kafka holds nothing in it the caller lacks, and its count is that of its offsets at
-    or past the log start (the partition's low watermark). Raises :class:`KafkaUnavailable`.
+    or past the log start (the partition's low watermark). ``cons``: a consumer to use (and leave
+    open, unassigned); by default one of its own. Raises :class:`KafkaUnavailable`.
     """
     from confluent_kafka import KafkaException, TopicPartition
 
     counts = [0] * len(ranges)
     dense = dense or [False] * len(ranges)
-    cons = consumer(bootstrap, client)
+    own = cons is None
+    cons = consumer(bootstrap, client) if own else cons
     try:
         try:
             low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
@@ -385,22 +387,36 @@ def observe_partition(bootstrap: str, topic: str, partition: int, ranges: list[t
                 high = max(high, cached[1])
         return Observed(topic, partition, tuple(counts), low, high)
     finally:
-        cons.close()
+        if own:
+            cons.close()
+        else:
+            cons.unassign()
 
 
 def observe_ranges(bootstrap: str, ranges: dict[tuple[str, int], list[tuple[int, int]]], timeout_s: float = 30.0,
                    client: Optional[dict] = None, readers: int = OBSERVE_READERS,
                    dense: Optional[dict[tuple[str, int], list[bool]]] = None) -> list[Observed]:
     """:func:`observe_partition` for every ``(topic, partition)`` of ``ranges``, up to ``readers`` at
-    once (one consumer each: librdkafka fetches outside the GIL), with the partition's ``dense``
-    marks. Used by the land gate as an independent observation of the log. Raises
-    :class:`KafkaUnavailable`."""
+    once (one consumer per reader, kept from partition to partition: librdkafka fetches outside
+    the GIL, and a consumer's start and close cost more than a partition of a thousand-topic
+    window), with the partition's ``dense`` marks. Used by the land gate as an independent
+    observation of the log. Raises :class:`KafkaUnavailable`."""
     from concurrent.futures import ThreadPoolExecutor
 
     items = sorted(ranges.items())
     if not items:
         return []
     dense = dense or {}
-    with ThreadPoolExecutor(max(1, min(readers, len(items))), thread_name_prefix="observe") as pool:
-        return list(pool.map(lambda kv: observe_partition(bootstrap, kv[0][0], kv[0][1], kv[1], timeout_s, client,
-                                                          dense.get(kv[0])), items))
+    n = max(1, min(readers, len(items)))
+
+    def read(share: list) -> list[Observed]:
+        cons = consumer(bootstrap, client)
+        try:
+            return [observe_partition(bootstrap, t, p, r, timeout_s, client, dense.get((t, p)), cons)
+                    for (t, p), r in share]
+        finally:
+            cons.close()
+
+    with ThreadPoolExecutor(n, thread_name_prefix="observe") as pool:
+        shares = list(pool.map(read, [items[i::n] for i in range(n)]))
+    return sorted((o for share in shares for o in share), key=lambda o: (o.topic, o.partition))
