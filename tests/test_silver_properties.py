@@ -464,7 +464,8 @@ def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_w
 
     Land and normalize run once over the whole range (each record lands in the hour of its Kafka
     timestamp whatever the window, so bronze is the same as after hourly runs). Pass 1 runs silver
-    hour by hour, in order, small batches merged at the file level (the default). With
+    hour by hour, in order, small batches merged at the file level (the default) in Spark tasks
+    (``silver.file_merge_task_tables`` 1; what needs the driver falls back to it). With
     ``both_paths``, the same hours run through Spark's MERGE alone into a third namespace, and
     through the file level with position deletes instead of rewrites into a fourth, whose tables
     must equal pass 1's, every metadata column included. Pass 2 (``shuffled_pass``) runs
@@ -484,7 +485,9 @@ def run_scenario(stack, spark, sc: Scenario, shuffled_pass: bool = True, rerun_w
     create_topic(stack["bootstrap"], topic, sc.partitions)
     produce(stack["bootstrap"], topic, messages(sc))
     source = [{"topic": topic, "format": "debezium-json", "table_prefix": PREFIX}]
-    first = load_pipeline(write_pipeline(f"prop_{u}_a", source, silver={"namespace": f"prop_{u}_a", "delete_mode": delete_mode}))
+    # file level, in Spark tasks from the first table on (tables to create, or first tombstones: the driver)
+    first = load_pipeline(write_pipeline(f"prop_{u}_a", source, silver={
+        "namespace": f"prop_{u}_a", "delete_mode": delete_mode, "file_merge_task_tables": 1}))
     whole = Window(hour(0), hour(sc.hours))
     landed = land(spark, first, whole)
     assert landed[topic] == len(messages(sc))

@@ -14,8 +14,9 @@ Points (each named ``<stage>.<where>``):
 - ``land.raw_written``: after the raw table's commit, before the offset ledger's.
 - ``normalize.bronze_written``: after the ``bronze.changes`` overwrite of the window is
   committed, before the quarantine and control tables are written.
-- ``silver.merged``: after the first silver table's ``MERGE`` is committed, before its tombstones
-  (and history) are recorded and before the next table is merged.
+- ``silver.merged``: after the first silver table's ``MERGE`` (or file-level commit) is
+  committed, before its tombstones (and history) are recorded; in a Spark task
+  (:func:`cdclake.silver.small.merge_in_tasks`) it stops the driver's pid.
 
 A killed stage leaves its writer lock behind (:mod:`cdclake.locks`); its rerun on the same host
 takes it over at once, as the pid is gone. Files a killed write had written but not committed are

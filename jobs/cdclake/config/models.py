@@ -189,7 +189,10 @@ class SilverConfig(_Model):
     tables it does not take, and larger batches, get Spark's MERGE). 0 merges every table with
     Spark. ``file_rewrite_max_rows``: such a table whose touched buckets hold at most this many
     rows has them rewritten (copy-on-write, which keeps their file count down); a larger one gets
-    position deletes (merge-on-read).
+    position deletes (merge-on-read). ``file_merge_task_tables``: a window with at least this many
+    such tables merges them in Spark tasks, whose Python workers run in parallel (driver threads
+    share one interpreter); a table to create or evolve, or one needing position deletes, is then
+    merged by the driver. 0 merges them in the driver always.
     """
 
     namespace: str = "silver"
@@ -201,6 +204,7 @@ class SilverConfig(_Model):
     parallel_tables: int = Field(2, ge=1)
     file_merge_max_changes: int = Field(20_000, ge=0)
     file_rewrite_max_rows: int = Field(50_000, ge=0)
+    file_merge_task_tables: int = Field(32, ge=0)
 
 
 class GatesConfig(_Model):

@@ -245,7 +245,11 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
 
     if small:
         ensure_namespace(spark, cfg, cfg.silver.namespace)
-    first, rest = merge_small_tables(spark, cfg, bronze, small, one_small, cfg.silver.parallel_tables)
+    def prepare(st: SourceTable, summary: BatchSummary) -> tuple:
+        st, name = open_silver_table(spark, cfg, st, namespace_ready=True)
+        return (st, name, *summary.schema(name))
+
+    first, rest = merge_small_tables(spark, cfg, bronze, small, one_small, cfg.silver.parallel_tables, prepare)
     taken = {st.silver_name for st, _ in small} - {st.silver_name for st, _ in rest}
     groups = {k: g for k, g in groups.items() if k not in taken}
 

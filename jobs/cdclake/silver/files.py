@@ -192,7 +192,7 @@ class TableFiles:
         import pyarrow.parquet as pq
 
         with self.table.io.new_input(path).open() as f:
-            return pq.read_table(f, columns=columns)
+            return pq.ParquetFile(f).read(columns=columns)  # one file: no dataset discovery
 
     def commit(self, rows: list[dict], deletes: Iterable[tuple[str, int]], what: str = "") -> bool:
         """Write ``rows`` (dicts of the table's columns, Python values as pyarrow takes them) as
@@ -200,10 +200,13 @@ class TableFiles:
         location, position)`` of rows :meth:`read` read) as position delete files (one per
         bucket), then commit both in one ``RowDelta`` validated against the changes committed
         since the snapshot read (the data files it deletes from must still exist). ``what`` goes
-        to the snapshot summary as ``cdc.operation``. Returns False when there is nothing to commit."""
+        to the snapshot summary as ``cdc.operation``. Returns False when there is nothing to commit.
+        Raises :class:`NotFileLevel` before writing anything without a Spark session (in a task)."""
         deletes = sorted(set(deletes))
         if not rows and not deletes:
             return False
+        if self.spark is None:
+            raise NotFileLevel("a position-delete commit is the driver's (Iceberg's RowDelta)")
         files = [("DATA", f, f.partition[0] if self.buckets else None)
                  for f in self._data_files(self.table.metadata, rows)]
         by_bucket: dict[Optional[int], list[tuple[str, int]]] = {}

@@ -21,6 +21,14 @@ in the driver:
    (:meth:`cdclake.silver.files.TableFiles.commit`). A rerun, whose rows come out as they are,
    commits nothing. Then the tombstones, in one rewrite of the tombstone table.
 
+With at least ``silver.file_merge_task_tables`` such tables, steps 1 to 4 run in one Spark job
+instead of driver threads (:func:`merge_in_tasks`): its Python workers, one per core, merge and
+commit tables in parallel with pyiceberg, where driver threads would share one interpreter's
+lock. A task leaves to the driver a table it would have to create or evolve, one without its
+tombstone table and a position-delete commit (Spark's DDL, Iceberg's Java ``RowDelta``), before
+writing anything. (In hard-delete mode the driver makes a table's tombstone table with the table,
+not at its first delete, so that tasks take its later hours.)
+
 A table this path does not take (a truncate, a key change, SCD2 history, a value it cannot
 convert exactly as Spark's ``CAST`` would, a float or array column in the batch, changes without
 a source position, a table not written by this pipeline's layout) raises
@@ -112,14 +120,17 @@ def _tombstones(spark: "SparkSession", cfg: PipelineConfig, pycat, st: SourceTab
     return TableFiles.load(spark, pycat, cfg.catalog.name, tombstone_namespace(cfg), st.silver_name)
 
 
-def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, pycat, st: SourceTable, name: str, pk: list[str],
-                      types: dict[str, str], rows: list[dict], result: TableResult,
-                      ensure_table: Callable[[], None]) -> TableResult:
+def merge_small_table(spark: Optional["SparkSession"], cfg: PipelineConfig, pycat, st: SourceTable, name: str,
+                      pk: list[str], types: dict[str, str], rows: list[dict], result: TableResult,
+                      ensure_table: Callable[[], None], driver_pid: Optional[int] = None) -> TableResult:
     """Merge one source table's bronze ``rows`` (:func:`read_small_batches`) into its silver
     table ``name`` (quoted) at the file level; ``pk`` and ``types`` as the batch summary gives
     them; ``ensure_table`` creates or evolves the table with Spark
     (:func:`cdclake.silver.tables.ensure_silver_table`). Fills and returns ``result``.
 
+    ``spark`` None (in a Spark task, :func:`merge_in_tasks`): what needs the driver's Spark (a
+    table to create or evolve, a tombstone table to create, a position-delete commit) raises
+    :class:`NotFileLevel` before anything is written; the kill point then stops ``driver_pid``.
     Raises :class:`NotFileLevel` before writing anything when the batch or the table is one this
     path does not take; Iceberg's and Spark's errors propagate."""
     namespace = cfg.silver.namespace
@@ -139,6 +150,10 @@ def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, pycat, st: Sou
     keys = {c["k"] for c in changes}
     hard = cfg.silver.delete_mode == "hard"
     tombs = _tombstones(spark, cfg, pycat, st) if hard else None
+    if hard and tombs is None and spark is not None:
+        # made with the table, not at its first delete: a task (no Spark) then merges its later hours
+        ensure_tombstone_table(spark, cfg, st)
+        tombs = _tombstones(spark, cfg, pycat, st)
     stored = {}
     if tombs is not None:
         for t in tombs.read().to_pylist():
@@ -147,6 +162,8 @@ def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, pycat, st: Sou
             stored[tuple(t["key"])] = t
         changes += [tombstone_change(stored[k]) for k in keys if k in stored]
     src = collapse_rows(changes)
+    if spark is None and tombs is None and hard and any(s["op"] == "delete" for s in src):
+        raise NotFileLevel("its tombstone table is created by the driver")
     typed = {}
     for s in src:
         k = tuple(conv[c](v) for c, v in zip(pk, s["k"]))
@@ -183,7 +200,7 @@ def merge_small_table(spark: "SparkSession", cfg: PipelineConfig, pycat, st: Sou
             files.rewrite(kept + new_rows, "merge")
     else:
         files.commit(new_rows, replaced, "merge")
-    kill_point("silver.merged")
+    kill_point("silver.merged", driver_pid)
     result.upserts = sum(1 for s in src if s["op"] == "upsert")
     result.deletes = sum(1 for s in src if s["op"] == "delete")
     if hard and result.deletes:
@@ -235,14 +252,79 @@ def small_batch(cfg: PipelineConfig, summary, history: bool) -> bool:
             and summary.moves is False and not history and cfg.silver.write_mode == "merge-on-read")
 
 
+#: Tasks per core of :func:`merge_in_tasks`: tables are dealt to more tasks than cores, so that
+#: a core whose tables finish early takes another task.
+TASKS_PER_CORE = 4
+_TASK_CATALOGS: dict = {}
+
+
+def _task_catalog(cfg: PipelineConfig):
+    """pyiceberg's catalog of ``cfg`` in this Python worker, opened once per worker process."""
+    from cdclake.catalog import pyiceberg_catalog
+
+    key = cfg.catalog.model_dump_json()
+    if key not in _TASK_CATALOGS:
+        _TASK_CATALOGS[key] = pyiceberg_catalog(cfg.catalog)
+    return _TASK_CATALOGS[key]
+
+
+def _driver_only() -> None:
+    raise NotFileLevel("the table is created or evolved by the driver")
+
+
+def merge_part(cfg: PipelineConfig, driver_pid: int, part: list[tuple]) -> list[tuple]:
+    """In a Spark task: :func:`merge_small_table` for each ``(i, st, name, pk, types, rows)`` of
+    ``part``, without Spark (``spark`` None). Returns ``(i, TableResult or None, error or None)``
+    per table: a result when merged; neither when it needs the driver or Spark's MERGE
+    (:class:`NotFileLevel`, raised before anything is written); the error's line when it failed."""
+    from cdclake.catalog import describe
+
+    pycat = _task_catalog(cfg)
+    out = []
+    for i, st, name, pk, types, rows in part:
+        result = TableResult(table=name)
+        try:
+            out.append((i, merge_small_table(None, cfg, pycat, st, name, pk, types, rows, result, _driver_only,
+                                             driver_pid), None))
+        except NotFileLevel:
+            out.append((i, None, None))
+        except Exception as exc:  # named in the driver's SilverError, as a driver thread's failure is
+            out.append((i, None, describe(exc)))
+    return out
+
+
+def merge_in_tasks(spark: "SparkSession", cfg: PipelineConfig, work: list[tuple]) -> list[tuple]:
+    """:func:`merge_part` over ``work`` (``(i, st, name, pk, types, rows)`` per table) in one Spark
+    job of up to :data:`TASKS_PER_CORE` tasks per core: Python workers merge and commit tables in
+    parallel, where driver threads share one interpreter's lock. Tables are dealt to the tasks
+    largest first. Returns :func:`merge_part`'s tuples, one per table."""
+    import os
+
+    sc = spark.sparkContext
+    n = max(1, min(len(work), TASKS_PER_CORE * sc.defaultParallelism))
+    order = sorted(work, key=lambda w: -len(w[5]))
+    parts = [order[j::n] for j in range(n)]
+    pid = os.getpid()
+    sc.setJobDescription(f"silver: file-level merge of {len(work)} tables")
+    try:
+        return sc.parallelize(parts, n).flatMap(lambda part: merge_part(cfg, pid, part)).collect()
+    finally:
+        sc.setJobDescription(None)
+
+
 def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "DataFrame", items: list,
-                       merge_one: Callable, threads: int) -> tuple[list, list]:
+                       merge_one: Callable, threads: int, prepare: Optional[Callable] = None) -> tuple[list, list]:
     """Merge the tables ``items`` (``(source table, batch summary)`` pairs whose batches are
     :func:`small_batch`) at the file level: their rows read by one query
     (:func:`read_small_batches`), then ``merge_one(st, summary, rows, pycat)`` for each (``pycat``:
     pyiceberg's catalog, one for the run) (the silver
     stage's wrapper of :func:`merge_small_table`, returning ``(TableResult or None, error line
     or None)``), ``threads`` at a time.
+
+    With ``prepare`` (``st, summary -> (st, quoted name, pk, types)``, the silver stage's) and at
+    least ``silver.file_merge_task_tables`` tables, they are merged in Spark tasks first
+    (:func:`merge_in_tasks`); the tables a task leaves to the driver (a table to create or
+    evolve, a position-delete commit) then go through ``merge_one``.
 
     Returns ``(done, rest)``: the outcomes of the tables merged or failed here, and the items
     this path did not take (:class:`NotFileLevel`), for Spark's MERGE."""
@@ -251,6 +333,32 @@ def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "Data
     from cdclake.catalog import pyiceberg_catalog
 
     batches = read_small_batches(spark, bronze, {st: summary.topics for st, summary in items})
+    tasked: list = []
+    least = cfg.silver.file_merge_task_tables
+    if prepare is not None and least and len(items) >= least:
+        work = []
+        for i, (st, summary) in enumerate(items):
+            try:
+                work.append((i, *prepare(st, summary), batches[st]))
+            except Exception:  # the driver's path meets it again and names it
+                continue
+        left = set(range(len(items)))
+        for i, result, error in merge_in_tasks(spark, cfg, work):
+            st, summary = items[i]
+            if result is None and error is None:
+                continue
+            left.discard(i)
+            if result is not None:
+                result.changes, result.topics = summary.changes, list(summary.topics)
+                log.info("silver %s: %d changes -> %d keys upserted, %d deleted (file level, in a Spark task)",
+                         result.table, result.changes, result.upserts, result.deletes)
+            else:
+                log.error("silver table for %s (topics %s) failed in a Spark task: %s", st, summary.topics, error)
+                error = f"{st} -> {st.silver_name}: {error}"
+            tasked.append(((result, error), None))
+        items = [items[i] for i in sorted(left)]
+        if not items:
+            return [d for d, _ in tasked], []
     pycat = pyiceberg_catalog(cfg.catalog)
 
     def one(item):
@@ -271,4 +379,5 @@ def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "Data
             outcomes = [one(item) for item in items]
     finally:
         pycat.engine.dispose()
+    outcomes = tasked + outcomes
     return [d for d, rest in outcomes if rest is None], [rest for _, rest in outcomes if rest is not None]
