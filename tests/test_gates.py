@@ -61,18 +61,23 @@ def test_normalize_gate_fails_when_a_record_is_both_a_change_and_quarantined(spa
     assert "column_A=raw, column_B=accounted" not in str(err.value)
 
 
-def test_silver_gate_names_the_table_holding_a_key_twice(spark, landed, unique):
+def test_silver_gate_names_the_table_holding_a_key_twice(spark, landed, unique, monkeypatch):
     """The silver gate validates every table of the window in one frame per key width; a key held
     twice fails it, naming the table and the key (here one id of ``t`` written again behind the
-    pipeline's back)."""
+    pipeline's back), whether the tables' keys are read by threads or by worker processes (a
+    window of many tables)."""
+    from cdclake.gates import frames
+
     _, path = landed
     table = f"lake.gates_{unique}.t"
     spark.sql(f"INSERT INTO {table} SELECT * FROM {table} WHERE id = 5")
-    with pytest.raises(GateFailed) as err:
-        run_gate("silver", load_pipeline(path), Window(hour(0), hour(1)))
-    text = str(err.value)
-    assert "keys:1 key column: expect_compound_columns_to_be_unique" in text, text
-    assert f"'_table': 'gates_{unique}.t', 'key_1': '5'" in text, text
+    for least in (frames.PROCESS_READ_TABLES, 1):
+        monkeypatch.setattr(frames, "PROCESS_READ_TABLES", least)
+        with pytest.raises(GateFailed) as err:
+            run_gate("silver", load_pipeline(path), Window(hour(0), hour(1)))
+        text = str(err.value)
+        assert "keys:1 key column: expect_compound_columns_to_be_unique" in text, (least, text)
+        assert f"'_table': 'gates_{unique}.t', 'key_1': '5'" in text, (least, text)
 
 
 def test_gate_operator_fails_the_task(spark, landed):
