@@ -12,6 +12,7 @@ session has stopped; the ``input_spec`` dict is described in ``bench/README.md``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import importlib
 import importlib.util
@@ -24,7 +25,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -220,6 +221,32 @@ def add_timelines(results: dict, sampler: RssSampler, event_log: Path, master: s
             figs["timeline"] = t
             if label.rsplit("/", 1)[-1] in STAGES:
                 log.info("%s: %s", label.replace("/", " "), timeline.describe(t))
+
+
+class SparkRun:
+    """What :func:`spark_run`'s body sets: ``spark``, the session it started (None until then)."""
+
+    spark = None
+
+
+@contextlib.contextmanager
+def spark_run(results: dict, sampler: RssSampler, events_dir: Path, master: str,
+              stages: Callable[[], Optional[dict[str, dict]]] = lambda: None):
+    """Run the body, which starts its Spark session as ``run.spark`` (the :class:`SparkRun` it is
+    given): an exception is logged with its traceback and added to ``results["errors"]``; then
+    the session is stopped and the stages' Spark job timelines added (:func:`add_timelines` with
+    ``stages()``, the event log of the session under ``events_dir``)."""
+    run = SparkRun()
+    try:
+        yield run
+    except Exception as exc:
+        results["errors"].append(f"{type(exc).__name__}: {exc}")
+        log.error("benchmark failed\n%s", traceback.format_exc())
+    finally:
+        if run.spark is not None:
+            app_id = run.spark.sparkContext.applicationId
+            run.spark.stop()
+            add_timelines(results, sampler, events_dir / app_id, master, stages())
 
 
 def reset_lake(state: Path) -> None:
@@ -475,13 +502,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         state, bootstrap, tags, args.driver_memory, args.master,
         spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri()}))
     sampler = RssSampler(interval=args.rss_interval, exclude=[broker_pid] if broker_pid else [])
-    spark = None
-    try:
+    with spark_run(results, sampler, events_dir, args.master) as run:
         # -- Spark start-up ---------------------------------------------------------------
         from cdclake.catalog import spark_session
 
         with sampler.span("spark_startup") as s:
-            spark = spark_session(cfg, app_name="cdc-bench")
+            spark = run.spark = spark_session(cfg, app_name="cdc-bench")
             spark.range(1).count()
         results["spark_startup"] = {"wall_s": round(s.wall_s, 2), **s.as_dict()}
         log.info("Spark session up in %.1f s", s.wall_s)
@@ -566,14 +592,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             from bench.merge import maintenance_effect
 
             results["maintenance"] = maintenance_effect(spark, cfg, sampler, args.maintenance_rows)
-    except Exception as exc:
-        results["errors"].append(f"{type(exc).__name__}: {exc}")
-        log.error("benchmark failed\n%s", traceback.format_exc())
-    finally:
-        if spark is not None:
-            app_id = spark.sparkContext.applicationId
-            spark.stop()
-            add_timelines(results, sampler, events_dir / app_id, args.master)
 
     # -- peers (after Spark has stopped) ---------------------------------------------------
     if args.peers:

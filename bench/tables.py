@@ -233,7 +233,7 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
     """``bench.run --tables``: each N of ``args.tables`` in turn (module docstring); writes
     ``results["tables"]`` to ``json_path`` after each N, prints the summary; returns the exit code."""
     from bench import pipeline, report
-    from bench.run import MEASURED_START, WARM_START, add_timelines
+    from bench.run import MEASURED_START, WARM_START, spark_run
     from bench.sampler import RssSampler
     from cdclake.catalog import spark_session
     from cdclake.config import load_pipeline
@@ -251,8 +251,12 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
     events_dir = state / "spark-events"  # Spark's event log: each stage's job timeline (bench.timeline)
     shutil.rmtree(events_dir, ignore_errors=True)
     events_dir.mkdir(parents=True)
-    spark = None
-    try:
+
+    def stages() -> dict:
+        return {f"{tag_of(int(n))}/{key}/{stage}": figs for n, r in section["runs"].items()
+                for key in ("first_hour", "hour") for stage, figs in r.get(key, {}).get("stages", {}).items()}
+
+    with spark_run(results, sampler, events_dir, args.master, stages) as run:
         first = pipeline.write_pipeline(
             state, bootstrap, [], args.driver_memory, args.master, sources=sources_of(args.tables[0], args.tables_layout),
             # Python workers reused, Spark's default and the DAG's jobs': a window of many topics runs
@@ -260,7 +264,7 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
             spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri(),
                         "spark.python.worker.reuse": "true"})
         with sampler.span("spark_startup") as s:
-            spark = spark_session(load_pipeline(first), app_name="cdc-bench-tables")
+            spark = run.spark = spark_session(load_pipeline(first), app_name="cdc-bench-tables")
             spark.range(1).count()
         results["spark_startup"] = {"wall_s": round(s.wall_s, 2), **s.as_dict()}
         for n in args.tables:
@@ -276,19 +280,7 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
                          tag_of(n), r["hour"]["stages"]["silver"]["wall_s"], r["silver_ms_per_table"],
                          r["hour"]["e2e"]["wall_s"])
             report.write_json(results, json_path)
-    except Exception as exc:
-        import traceback
-
-        results["errors"].append(f"{type(exc).__name__}: {exc}")
-        log.error("benchmark failed\n%s", traceback.format_exc())
-    finally:
-        if spark is not None:
-            app_id = spark.sparkContext.applicationId
-            spark.stop()
-            add_timelines(results, sampler, events_dir / app_id, args.master,
-                          {f"{tag_of(int(n))}/{key}/{stage}": figs for n, r in section["runs"].items()
-                           for key in ("first_hour", "hour") for stage, figs in r.get(key, {}).get("stages", {}).items()})
-        sampler.close()
+    sampler.close()
     results["wall_s"] = round(time.monotonic() - t_start, 1)
     report.write_json(results, json_path)
     print(table(section))
