@@ -65,8 +65,9 @@ def _client_conf(bootstrap: str, extra: Optional[dict] = None) -> dict:
             "auto.offset.reset": "earliest",
             # the end of a partition is known when a fetch comes back empty; the broker holds an empty
             # fetch this long (librdkafka's default is 500 ms, paid by every partition read to its end;
-            # 10 ms still cost a hundred one-partition topics a second)
-            "fetch.wait.max.ms": 1}
+            # 10 ms still cost a hundred one-partition topics a second). At 1 ms a broker answered
+            # fetches of large records empty for seconds: a 12 MB partition stalled its read.
+            "fetch.wait.max.ms": 5}
     conf.update(extra or {})
     return conf
 
