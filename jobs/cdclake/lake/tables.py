@@ -41,12 +41,25 @@ def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hou
 #: through one task and one core, after a shuffle of every value. With ``fanout-enabled`` a task
 #: may hold rows of several partitions (a window of several hours or topics).
 HOUR_WRITE_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
+#: A window of more topic hours than this is written clustered: each task's rows sorted by topic
+#: and hour, one file open at a time, instead of fanned out, where a task keeps a Parquet writer
+#: open for every topic hour it holds (a window of 3,000 topics ran out of a 3 GiB heap).
+FANOUT_MAX_PARTITIONS = 256
 
 
-def overwrite_hours(df: "DataFrame", cfg: PipelineConfig, table: str, window: Window, topics: list[str]) -> None:
+def overwrite_hours(df: "DataFrame", cfg: PipelineConfig, table: str, window: Window, topics: list[str],
+                    order: tuple[str, ...] = ()) -> None:
     """Replace the rows of ``topics`` in the hours of ``window`` in hour table ``table`` with ``df``
-    (:data:`HOUR_WRITE_OPTIONS`): one Iceberg commit, files written by the tasks that hold the rows."""
-    df.writeTo(qualified(cfg, table)).options(**HOUR_WRITE_OPTIONS).overwrite(window_filter(window, topics))
+    (:data:`HOUR_WRITE_OPTIONS`): one Iceberg commit, files written by the tasks that hold the rows,
+    each file's rows in ``order`` (columns). With more than :data:`FANOUT_MAX_PARTITIONS` topic
+    hours, each task sorts its rows by topic and hour first and writes one file at a time."""
+    options = HOUR_WRITE_OPTIONS
+    if len(topics) * len(list(window.hours())) > FANOUT_MAX_PARTITIONS:
+        df = df.sortWithinPartitions("kafka_topic", "landed_hour", *order)
+        options = {**options, "fanout-enabled": "false"}
+    elif order:
+        df = df.sortWithinPartitions(*order)
+    df.writeTo(qualified(cfg, table)).options(**options).overwrite(window_filter(window, topics))
 
 
 def _create(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: StructType, partitioning: str,

@@ -145,8 +145,8 @@ def _write(spark: "SparkSession", window: Window, topics: list[str], parsers: di
     stats = {t: TopicCounts() for t in topics}
     for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
         part = tagged.where(kind == k).select(*OUTPUT_COLUMNS[k].names)
-        frame = bronze_frame(part).sortWithinPartitions(*BRONZE_WRITE_ORDER) if k == "change" else part
-        overwrite_hours(frame, cfg, name, window, topics)
+        frame = bronze_frame(part) if k == "change" else part
+        overwrite_hours(frame, cfg, name, window, topics, BRONZE_WRITE_ORDER if k == "change" else ())
         if k == "change":
             kill_point("normalize.bronze_written")
     # counted on the parsed frame the writes took their rows from (the gate counts the tables)
