@@ -105,14 +105,16 @@ $(FLINK_VENV)/.installed: bench/requirements-flink.txt
 	$(FLINK_VENV)/bin/python -m pip install -q --require-hashes -r bench/requirements-flink.txt
 	touch $@
 
+# The formats' hour with its references and peers, then the cost per table (bench-tables).
 BENCH_ARGS ?=
 bench: venv $(FLINK_VENV)/.installed
 	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.run $(BENCH_ARGS)
+	$(MAKE) bench-tables BENCH_ARGS=
 
 # The cost per source table: an hour of TABLES tables (comma list), one Debezium topic each (bench/tables.py).
 TABLES ?= 100
 bench-tables: venv
-	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.run --tables $(TABLES) $(BENCH_ARGS)
+	CDC_STATE_DIR=$(CURDIR)/.state/bench-tables $(PY) -m bench.run --tables $(TABLES) $(BENCH_ARGS)
 
 # Normalize's Python worker alone (parse_batches on Arrow batches), one process, with a cProfile or py-spy listing.
 bench-profile: venv

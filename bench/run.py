@@ -449,7 +449,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     state = bench_state_dir()
     os.environ["CDC_STATE_DIR"] = str(state)
     state.mkdir(parents=True, exist_ok=True)
-    date = args.date or dt.date.today().isoformat()
+    # the tables' hours beside the formats' hour of the same day, not over it
+    date = args.date or dt.date.today().isoformat() + ("-tables" if args.tables else "")
     out_dir = Path(args.out)
     t_start = time.monotonic()
 
