@@ -99,3 +99,64 @@ def test_rows_written_at_the_file_level_land_in_icebergs_buckets(spark, stack, k
     files.commit([], [(gone["_cdc_file"], gone["_cdc_pos"])])
     left = sorted(r["v"] for r in spark.table(full).collect())
     assert left == sorted(r["v"] for r in rows[1:])
+
+
+def test_data_files_written_directly_equal_pyicebergs_write_file(spark, stack):
+    """The data files :meth:`TableFiles._data_files` writes with pyiceberg's Parquet writer alone
+    equal those of pyiceberg's ``write_file`` (the reference): the same Parquet schema (names,
+    types, field ids), the same rows, and in the ``DataFile`` the same partition, size, counts,
+    bounds and split offsets; Spark reads the committed rows back."""
+    import pyarrow.parquet as pq
+
+    ns, name = "files_test", f"w_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
+    full = f"lake.{ns}.{name}"
+    spark.sql(f"CREATE TABLE {full} (k bigint, s string, d decimal(12,2), b boolean, f double, bin binary, "
+              f"day date, ts timestamp, ntz timestamp_ntz, _cdc_position array<decimal(38,0)>) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(4, k) AS _cdc_bucket")
+    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    files = TableFiles.load(spark, pycat, "lake", ns, name)
+    utc = dt.timezone.utc
+    rows = [{"k": i, "s": None if i % 5 == 0 else f"ünï {i}", "d": Decimal(f"{i}.{i % 100:02d}"), "b": i % 2 == 0,
+             "f": i / 3, "bin": bytes([i % 256]) * 3, "day": dt.date(2024, 1, 1 + i % 28),
+             "ts": dt.datetime(2024, 1, 1, i % 24, tzinfo=utc), "ntz": dt.datetime(2024, 2, 1, 0, i % 60),
+             "_cdc_position": [Decimal(9), Decimal(1000 + i)]} for i in range(40)]
+    metadata = files.table.metadata
+    direct = sorted(files._data_files(metadata, rows), key=lambda f: f.partition[0])
+    reference = sorted(files._data_files(metadata, rows, reference=True), key=lambda f: f.partition[0])
+    assert len(direct) == len(reference) > 1
+    for a, b in zip(direct, reference):
+        for attr in ("partition", "record_count", "file_size_in_bytes", "column_sizes", "value_counts",
+                     "null_value_counts", "nan_value_counts", "lower_bounds", "upper_bounds", "split_offsets",
+                     "content", "file_format"):
+            assert getattr(a, attr) == getattr(b, attr), attr
+        fa, fb = (pq.read_table(f.file_path.removeprefix("file:")) for f in (a, b))
+        assert fa.schema.equals(fb.schema, check_metadata=True)
+        assert pq.ParquetFile(a.file_path.removeprefix("file:")).schema.equals(
+            pq.ParquetFile(b.file_path.removeprefix("file:")).schema)
+        assert fa.equals(fb)
+    with files.table.transaction() as tx, tx.update_snapshot().fast_append() as update:
+        for f in direct:
+            update.append_data_file(f)
+    back = {r["k"]: r.asDict() for r in spark.table(full).collect()}
+    assert sorted(back) == list(range(40))
+    assert back[7]["s"] == "ünï 7" and back[7]["d"] == Decimal("7.07") and back[7]["_cdc_position"] == [9, 1007]
+
+
+def test_a_transactions_metadata_is_computed_once_per_staged_state(spark, stack):
+    """:func:`cdclake.silver.files.transaction` reads the staged metadata once until an update is
+    staged, and then sees that update (pyiceberg replays and deep-copies it on every read)."""
+    from cdclake.silver.files import transaction
+
+    ns, name = "files_test", f"x_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
+    spark.sql(f"CREATE TABLE lake.{ns}.{name} (k bigint) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    tx = transaction(pycat.load_table((ns, name)))
+    first = tx.table_metadata
+    assert tx.table_metadata is first
+    tx.set_properties({"cdc.test": "1"})
+    assert tx.table_metadata is not first and tx.table_metadata.properties["cdc.test"] == "1"
+    tx.commit_transaction()
+    assert pycat.load_table((ns, name)).properties["cdc.test"] == "1"

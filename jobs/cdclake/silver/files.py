@@ -2,9 +2,11 @@
 data files, and replace data files or add position-delete files, without a Spark job.
 
 The table is read with pyiceberg (its metadata, its scan planning, its ``FileIO``) and pyarrow.
-New data files are written by pyiceberg's own writer (``write_file``, the one its ``append``
-uses: one file per bucket, the bucket computed by its transform, column metrics from the Parquet
-footer); position delete
+New data files are written by pyiceberg's own Parquet writer and location provider, as its
+``write_file`` (the one its ``append`` uses, kept as the reference) writes them: one file per
+bucket, the bucket computed by its transform, column metrics from the Parquet footer. Commits go
+through a pyiceberg transaction that computes its staged metadata once per state
+(:func:`transaction`). Position delete
 files (Iceberg spec, "Position Delete Files": ``file_path`` field id 2147483546, ``pos`` field id
 2147483545, sorted by both) are written with pyarrow and their metrics computed the same way.
 A small table's touched buckets are rewritten whole in one pyiceberg overwrite
@@ -54,6 +56,35 @@ def _java(spark: "SparkSession", catalog: str) -> tuple:
             jcat = spark._jsparkSession.sessionState().catalogManager().catalog(catalog).icebergCatalog()
             _JAVA[key] = (jcat, jvm.org.apache.iceberg.util.JsonUtil.mapper())
         return _JAVA[key]
+
+
+_TRANSACTION: list = []
+
+
+def transaction(table):
+    """A pyiceberg ``Transaction`` on ``table`` whose ``table_metadata`` is computed once per
+    staged state. pyiceberg's own replays the staged updates and deep-copies the whole metadata
+    (every snapshot and log entry) on each read, about twenty times in one overwrite, so that a
+    commit's cost grew with the table's history (apache/iceberg-python issue 2673). The cache is
+    keyed on the identity of the table's metadata and of the staged updates' tuple, which every
+    staged update replaces, as in the upstream proposal (apache/iceberg-python pull request 3302)."""
+    if not _TRANSACTION:
+        from pyiceberg.table import Transaction
+        from pyiceberg.table.update import update_table_metadata
+
+        class CachedTransaction(Transaction):
+            _cached: tuple = (None, None, None)
+
+            @property
+            def table_metadata(self):
+                base, updates, metadata = self._cached
+                if base is not self._table.metadata or updates is not self._updates:
+                    metadata = update_table_metadata(self._table.metadata, self._updates)
+                    self._cached = (self._table.metadata, self._updates, metadata)
+                return metadata
+
+        _TRANSACTION.append(CachedTransaction)
+    return _TRANSACTION[0](table)
 
 
 @dataclass
@@ -178,7 +209,7 @@ class TableFiles:
         if not old and not rows:
             return False
         props = {"cdc.operation": what} if what else {}
-        with self.table.transaction() as tx:
+        with transaction(self.table) as tx:
             new = self._data_files(tx.table_metadata, rows)
             with (tx.update_snapshot(snapshot_properties=props).overwrite() if old
                   else tx.update_snapshot(snapshot_properties=props).fast_append()) as update:
@@ -236,12 +267,19 @@ class TableFiles:
         delta.commit()
         return True
 
-    def _data_files(self, metadata, rows: list[dict]) -> list:
-        """``rows`` written as new data files, one per bucket, by pyiceberg's writer (``write_file``:
-        the table's file format settings, column metrics from the footer); pyiceberg ``DataFile`` s."""
+    def _data_files(self, metadata, rows: list[dict], reference: bool = False) -> list:
+        """``rows`` written as new data files, one per bucket, by pyiceberg's Parquet writer (the
+        table's file format settings, column metrics from the footer); pyiceberg ``DataFile`` s.
+
+        The rows are built in the table's Arrow schema (Iceberg field ids included), so each file
+        goes straight to pyiceberg's format writer and location provider. ``write_file``, which
+        its ``append`` uses, first projects every batch onto the file schema, reads its
+        configuration files and hands each file to a thread pool: a third of a small table's
+        merge. ``reference`` (and a table whose column names Parquet needs sanitized) takes
+        ``write_file``, which the tests compare this path with."""
         import pyarrow as pa
-        from pyiceberg.io.pyarrow import write_file
         from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+        from pyiceberg.schema import sanitize_column_names
         from pyiceberg.table import WriteTask
 
         if not rows:
@@ -257,7 +295,37 @@ class TableFiles:
                                field_values=[PartitionFieldValue(field=spec.fields[0], value=b)],
                                partition_spec=spec, schema=schema))
                  for i, (b, part) in enumerate(groups.items())]
-        return list(write_file(self.table.io, metadata, iter(tasks)))
+        if reference or sanitize_column_names(schema) != schema:
+            from pyiceberg.io.pyarrow import write_file
+
+            return list(write_file(self.table.io, metadata, iter(tasks)))
+        return [self._write_data_file(metadata, task, arrow) for task in tasks]
+
+    def _write_data_file(self, metadata, task, arrow: "pa.Schema"):
+        """One ``WriteTask`` (its batches in the table's Arrow schema ``arrow``) as a Parquet data
+        file, named and placed as pyiceberg's ``write_file`` would; a pyiceberg ``DataFile``."""
+        import pyarrow as pa
+        from pyiceberg.io.fileformat import FileFormatFactory
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.table.locations import load_location_provider
+        from pyiceberg.typedef import Record
+
+        model = FileFormatFactory.get(FileFormat.PARQUET)
+        if metadata.properties.get("write.format.default", "parquet").lower() != "parquet":
+            raise NotFileLevel("a data file format other than Parquet")
+        location = load_location_provider(table_location=metadata.location, table_properties=metadata.properties)
+        path = location.new_data_location(data_file_name=task.generate_data_file_filename(model.file_extension()),
+                                          partition_key=task.partition_key)
+        out = self.table.io.new_output(path)
+        writer = model.create_writer(out, metadata.schema(), metadata.properties)
+        with writer:
+            # without schema-level metadata, as write_file's projection leaves it
+            writer.write(pa.Table.from_batches(task.record_batches, schema=arrow).replace_schema_metadata(None))
+        return DataFile.from_args(
+            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+            partition=task.partition_key.partition if task.partition_key else Record(), file_size_in_bytes=len(out),
+            sort_order_id=None, spec_id=metadata.default_spec_id, equality_ids=None, key_metadata=None,
+            **writer.result().to_serialized_dict())
 
     def _write_deletes(self, part: list[tuple[str, int]], bucket: Optional[int]):
         """A position delete file of ``part`` (sorted ``(data file, position)`` pairs) in ``bucket``,
