@@ -58,19 +58,15 @@ def _java(spark: "SparkSession", catalog: str) -> tuple:
         return _JAVA[key]
 
 
-_TRANSACTION: list = []
+_PYICEBERG: dict = {}
 
 
-def transaction(table):
-    """A pyiceberg ``Transaction`` on ``table`` whose ``table_metadata`` is computed once per
-    staged state. pyiceberg's own replays the staged updates and deep-copies the whole metadata
-    (every snapshot and log entry) on each read, about twenty times in one overwrite, so that a
-    commit's cost grew with the table's history (apache/iceberg-python issue 2673). The cache is
-    keyed on the identity of the table's metadata and of the staged updates' tuple, which every
-    staged update replaces, as in the upstream proposal (apache/iceberg-python pull request 3302)."""
-    if not _TRANSACTION:
+def _classes() -> dict:
+    """The pyiceberg subclasses of :func:`transaction` and :func:`overwrite`, made once."""
+    if not _PYICEBERG:
         from pyiceberg.table import Transaction
         from pyiceberg.table.update import update_table_metadata
+        from pyiceberg.table.update.snapshot import _OverwriteFiles
 
         class CachedTransaction(Transaction):
             _cached: tuple = (None, None, None)
@@ -83,8 +79,37 @@ def transaction(table):
                     self._cached = (self._table.metadata, self._updates, metadata)
                 return metadata
 
-        _TRANSACTION.append(CachedTransaction)
-    return _TRANSACTION[0](table)
+        class LiveManifestsOverwrite(_OverwriteFiles):
+            def _existing_manifests(self) -> list:
+                return [m for m in super()._existing_manifests()
+                        if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id]
+
+        _PYICEBERG.update(transaction=CachedTransaction, overwrite=LiveManifestsOverwrite)
+    return _PYICEBERG
+
+
+def transaction(table):
+    """A pyiceberg ``Transaction`` on ``table`` whose ``table_metadata`` is computed once per
+    staged state. pyiceberg's own replays the staged updates and deep-copies the whole metadata
+    (every snapshot and log entry) on each read, about twenty times in one overwrite, so that a
+    commit's cost grew with the table's history (apache/iceberg-python issue 2673). The cache is
+    keyed on the identity of the table's metadata and of the staged updates' tuple, which every
+    staged update replaces, as in the upstream proposal (apache/iceberg-python pull request 3302)."""
+    return _classes()["transaction"](table)
+
+
+def overwrite(tx, properties: dict):
+    """pyiceberg's overwrite of the table of transaction ``tx`` (a snapshot exists), with
+    ``properties`` in its snapshot summary, whose new manifest list leaves out the manifests of
+    earlier snapshots that hold no live file (only entries of files an earlier overwrite
+    deleted), as Iceberg's Java commits do. pyiceberg carries them forward, so that every hourly
+    rewrite of a table added one manifest that every later commit and scan read (the same fault
+    was fixed in iceberg-go, apache/iceberg-go issue 1153)."""
+    from pyiceberg.table.refs import MAIN_BRANCH
+    from pyiceberg.table.snapshots import Operation
+
+    return _classes()["overwrite"](operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io,
+                                   branch=MAIN_BRANCH, snapshot_properties=properties)
 
 
 @dataclass
@@ -211,7 +236,7 @@ class TableFiles:
         props = {"cdc.operation": what} if what else {}
         with transaction(self.table) as tx:
             new = self._data_files(tx.table_metadata, rows)
-            with (tx.update_snapshot(snapshot_properties=props).overwrite() if old
+            with (overwrite(tx, props) if old
                   else tx.update_snapshot(snapshot_properties=props).fast_append()) as update:
                 for f in old:
                     update.delete_data_file(f)
