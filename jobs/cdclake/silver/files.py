@@ -300,8 +300,9 @@ class TableFiles:
         goes straight to pyiceberg's format writer and location provider. ``write_file``, which
         its ``append`` uses, first projects every batch onto the file schema, reads its
         configuration files and hands each file to a thread pool: a third of a small table's
-        merge. ``reference`` (and a table whose column names Parquet needs sanitized) takes
-        ``write_file``, which the tests compare this path with."""
+        merge. ``reference`` (and a table whose column names Parquet needs sanitized, or whose
+        data file format is not Parquet) takes ``write_file``, which the tests compare this path
+        with."""
         import pyarrow as pa
         from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
         from pyiceberg.schema import sanitize_column_names
@@ -320,7 +321,8 @@ class TableFiles:
                                field_values=[PartitionFieldValue(field=spec.fields[0], value=b)],
                                partition_spec=spec, schema=schema))
                  for i, (b, part) in enumerate(groups.items())]
-        if reference or sanitize_column_names(schema) != schema:
+        parquet = metadata.properties.get("write.format.default", "parquet").lower() == "parquet"
+        if reference or not parquet or sanitize_column_names(schema) != schema:
             from pyiceberg.io.pyarrow import write_file
 
             return list(write_file(self.table.io, metadata, iter(tasks)))
@@ -336,8 +338,6 @@ class TableFiles:
         from pyiceberg.typedef import Record
 
         model = FileFormatFactory.get(FileFormat.PARQUET)
-        if metadata.properties.get("write.format.default", "parquet").lower() != "parquet":
-            raise NotFileLevel("a data file format other than Parquet")
         location = load_location_provider(table_location=metadata.location, table_properties=metadata.properties)
         path = location.new_data_location(data_file_name=task.generate_data_file_filename(model.file_extension()),
                                           partition_key=task.partition_key)
