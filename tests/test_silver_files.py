@@ -34,6 +34,20 @@ TEXTS = {
 }
 
 
+def _bucketed_table(spark, stem: str, columns: str, buckets: int = 0):
+    """A new Iceberg table ``lake.files_test.<stem>_<random>`` of ``columns`` (Spark DDL),
+    partitioned ``bucket(buckets, k) AS _cdc_bucket`` when ``buckets``, and pyiceberg's catalog of
+    a test pipeline: ``(namespace, name, quoted full name, catalog)``."""
+    ns, name = "files_test", f"{stem}_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
+    full = f"lake.{ns}.{name}"
+    spark.sql(f"CREATE TABLE {full} ({columns}) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    if buckets:
+        spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket({buckets}, k) AS _cdc_bucket")
+    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    return ns, name, full, pycat
+
+
 @pytest.mark.parametrize("ctype", list(TEXTS))
 def test_converted_texts_equal_sparks_conversion(spark, ctype):
     """Every text the converter takes gives the value Spark's conversion gives; the others it refuses."""
@@ -76,12 +90,7 @@ def test_rows_written_at_the_file_level_land_in_icebergs_buckets(spark, stack, k
     """Rows committed by :meth:`TableFiles.commit` sit in the bucket Iceberg computes for their
     key (``system.bucket``), so Spark's bucket pruning finds each of them; a position delete
     removes exactly its row."""
-    ns, name = "files_test", f"t_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
-    full = f"lake.{ns}.{name}"
-    spark.sql(f"CREATE TABLE {full} (k {ktype}, v string) USING iceberg TBLPROPERTIES ('format-version'='2')")
-    spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(8, k) AS _cdc_bucket")
-    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    ns, name, full, pycat = _bucketed_table(spark, "t", f"k {ktype}, v string", 8)
     files = TableFiles.load(spark, pycat, "lake", ns, name)
     values = KEYS[ktype]
     files.commit([{"k": v, "v": f"v{i}"} for i, v in enumerate(values)], [])
@@ -108,14 +117,9 @@ def test_data_files_written_directly_equal_pyicebergs_write_file(spark, stack):
     bounds and split offsets; Spark reads the committed rows back."""
     import pyarrow.parquet as pq
 
-    ns, name = "files_test", f"w_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
-    full = f"lake.{ns}.{name}"
-    spark.sql(f"CREATE TABLE {full} (k bigint, s string, d decimal(12,2), b boolean, f double, bin binary, "
-              f"day date, ts timestamp, ntz timestamp_ntz, _cdc_position array<decimal(38,0)>) USING iceberg "
-              "TBLPROPERTIES ('format-version'='2')")
-    spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(4, k) AS _cdc_bucket")
-    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    ns, name, full, pycat = _bucketed_table(
+        spark, "w", "k bigint, s string, d decimal(12,2), b boolean, f double, bin binary, day date, ts timestamp, "
+        "ntz timestamp_ntz, _cdc_position array<decimal(38,0)>", 4)
     files = TableFiles.load(spark, pycat, "lake", ns, name)
     utc = dt.timezone.utc
     rows = [{"k": i, "s": None if i % 5 == 0 else f"ünï {i}", "d": Decimal(f"{i}.{i % 100:02d}"), "b": i % 2 == 0,
@@ -149,10 +153,7 @@ def test_a_transactions_metadata_is_computed_once_per_staged_state(spark, stack)
     staged, and then sees that update (pyiceberg replays and deep-copies it on every read)."""
     from cdclake.silver.files import transaction
 
-    ns, name = "files_test", f"x_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
-    spark.sql(f"CREATE TABLE lake.{ns}.{name} (k bigint) USING iceberg TBLPROPERTIES ('format-version'='2')")
-    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    ns, name, _, pycat = _bucketed_table(spark, "x", "k bigint")
     tx = transaction(pycat.load_table((ns, name)))
     first = tx.table_metadata
     assert tx.table_metadata is first
@@ -167,12 +168,7 @@ def test_repeated_rewrites_keep_the_manifest_list_bounded(spark, stack):
     deleted; the next rewrite's manifest list leaves it out (it holds no live file), as Iceberg's
     Java commits do, so that a table rewritten every hour is not read through a manifest per hour
     it was rewritten. Spark reads the last rewrite's rows, and time travel still reads the first."""
-    ns, name = "files_test", f"m_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
-    full = f"lake.{ns}.{name}"
-    spark.sql(f"CREATE TABLE {full} (k bigint, v string) USING iceberg TBLPROPERTIES ('format-version'='2')")
-    spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(4, k) AS _cdc_bucket")
-    pycat = pyiceberg_catalog(load_pipeline(write_pipeline(f"files_{name}", [{"topic": "t", "format": "debezium-json"}])).catalog)
+    ns, name, full, pycat = _bucketed_table(spark, "m", "k bigint, v string", 4)
     counts = []
     for hour in range(6):
         files = TableFiles.load(spark, pycat, "lake", ns, name)
