@@ -183,7 +183,6 @@ def test_land_reads_many_topics_with_fewer_tasks_exactly(stack, spark, unique, m
     the first landing, the next hour (reads starting at the ledger's offsets) and a rerun of both
     give every record exactly once, the ledger's ranges tile each partition, and the gate passes.
     The rerun writes as a window of many topic hours is written: clustered, one file at a time."""
-    from cdclake.lake import tables as lake_tables
     from cdclake.catalog import qualified
     from cdclake.config import load_pipeline
     from cdclake.gates import run_gate
@@ -207,7 +206,6 @@ def test_land_reads_many_topics_with_fewer_tasks_exactly(stack, spark, unique, m
                                                         if w.start <= dt.datetime.fromtimestamp(r[1] / 1000, UTC) < w.end)
         assert run_gate("land", cfg, w)["frames"]["offsets"] == 12
     both = Window(base, base + dt.timedelta(hours=2))
-    monkeypatch.setattr(lake_tables, "FANOUT_MAX_PARTITIONS", 0)
     assert land(spark, cfg, both) == {t: sum(len(produced[(t, p)]) for p in range(n)) for t, n in topics.items()}
 
     names = list(topics)

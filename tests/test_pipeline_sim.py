@@ -113,14 +113,16 @@ def dbz_insert(i: int, db: str, table: str, after: dict, t0: int):
 
 def test_a_large_hour_is_read_in_row_groups_and_every_record_normalized_once(stack, spark, unique):
     """An hour of 2,000 records of 6 kB that do not compress (12 MB) is landed in row groups of
-    ``RAW_ROW_GROUP_BYTES``; normalize reads them in several tasks, without a shuffle, and every
+    ``RAW_ROW_GROUP_BYTES`` (of Arrow data); normalize reads them in several tasks, and every
     record becomes exactly one bronze row."""
     import base64
     import os
 
     from cdclake.catalog import qualified
     from cdclake.config import load_pipeline
-    from cdclake.lake import RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES, RAW_TABLE
+    from cdclake.lake import RAW_ROW_GROUP_BYTES, RAW_TABLE, hour_table, plan_splits
+    from cdclake.normalize import PARSE_TASK_RECORDS
+    from cdclake.window import Window
 
     topic = f"big.{unique}"
     create_topic(stack["bootstrap"], topic, partitions=1)
@@ -136,9 +138,8 @@ def test_a_large_hour_is_read_in_row_groups_and_every_record_normalized_once(sta
     cfg = load_pipeline(path)
     props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {qualified(cfg, RAW_TABLE)}").collect()}
     assert props["write.parquet.row-group-size-bytes"] == str(RAW_ROW_GROUP_BYTES)
-    raw = (spark.read.option("split-size", str(RAW_SPLIT_BYTES)).table(qualified(cfg, RAW_TABLE))
-           .where(f"kafka_topic = '{topic}'"))
-    assert raw.rdd.getNumPartitions() >= 2
+    splits = plan_splits(cfg, hour_table(cfg, RAW_TABLE), Window(hour(7), hour(8)), [topic], 2, PARSE_TASK_RECORDS)
+    assert len(splits) >= 2 and all(groups for split in splits for _, groups in split)
     bronze = spark.table("lake.bronze.changes").where(f"kafka_topic = '{topic}'")
     assert bronze.count() == bronze.select("kafka_offset").distinct().count() == 2000
     assert len(silver_rows(spark, path, "big_big__t")) == 2000
@@ -180,20 +181,3 @@ def test_bronze_files_hold_each_table_s_changes_together(stack, spark, unique):
     assert sorted(seen) == sorted(tables[i % 3] for i in range(900))
     for t in tables:
         assert len(silver_rows(spark, path, f"mix_mix__{t}")) == 300
-
-
-def test_normalize_gathers_small_files_into_few_parsing_tasks(spark):
-    """A window of many small files (one topic per source table) is parsed in a multiple of the
-    cores' count of tasks of about ``PARSE_TASK_RECORDS`` records, gathered without a shuffle; one
-    of fewer partitions than cores is spread over every core; one of large partitions is kept."""
-    from cdclake.normalize import PARSE_TASK_RECORDS, _parse_tasks
-
-    def tasks(df, cores=2):
-        out = _parse_tasks(df, cores)
-        return out.rdd.getNumPartitions(), "Exchange" in out._jdf.queryExecution().executedPlan().toString()
-
-    assert tasks(spark.range(0, 5_000, numPartitions=50)) == (2, False)
-    assert tasks(spark.range(0, 3 * PARSE_TASK_RECORDS, numPartitions=50)) == (4, False)
-    assert tasks(spark.range(0, 3 * PARSE_TASK_RECORDS, numPartitions=50), cores=4) == (4, False)
-    assert tasks(spark.range(0, 100, numPartitions=1)) == (2, True)
-    assert tasks(spark.range(0, 10 * PARSE_TASK_RECORDS, numPartitions=8)) == (8, False)

@@ -149,9 +149,9 @@ def test_data_files_written_directly_equal_pyicebergs_write_file(spark, stack):
 
 
 def test_a_transactions_metadata_is_computed_once_per_staged_state(spark, stack):
-    """:func:`cdclake.silver.files.transaction` reads the staged metadata once until an update is
+    """:func:`cdclake.lake.transaction` reads the staged metadata once until an update is
     staged, and then sees that update (pyiceberg replays and deep-copies it on every read)."""
-    from cdclake.silver.files import transaction
+    from cdclake.lake import transaction
 
     ns, name, _, pycat = _bucketed_table(spark, "x", "k bigint")
     tx = transaction(pycat.load_table((ns, name)))

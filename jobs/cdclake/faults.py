@@ -7,10 +7,9 @@ inside a Spark task), exactly as an out-of-memory killer or a lost node would st
 
 Points (each named ``<stage>.<where>``):
 
-- ``land.writing``: inside a reading task, after its first Arrow batch was handed to Spark: the
-  raw write is under way, nothing is committed. (The raw table's writes are distributed by hour,
-  so its data files are written in the stage after the reading tasks; the fault test also kills
-  the job's JVM, whose own shutdown would otherwise abort the write tidily.)
+- ``land.writing``: inside a reading task, once its raw data files are written and closed, before
+  it returns them: files are on disk, nothing is committed. (The fault test also kills the job's
+  JVM and Python workers, whose own shutdown would otherwise end the task tidily.)
 - ``land.raw_written``: after the raw table's commit, before the offset ledger's.
 - ``normalize.bronze_written``: after the ``bronze.changes`` overwrite of the window is
   committed, before the quarantine and control tables are written.
@@ -27,10 +26,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from typing import Optional
 
 log = logging.getLogger(__name__)
 
+#: Seconds a kill point in a Spark task waits between its log line and the SIGKILL of the driver.
+KILL_GRACE_S = 0.5
 #: The environment variable naming the kill point to fire.
 KILL_AT = "CDC_KILL_AT"
 
@@ -44,4 +46,7 @@ def kill_point(name: str, pid: Optional[int] = None) -> None:
     """SIGKILL process ``pid`` (default: this one) when ``$CDC_KILL_AT`` names ``name``."""
     if armed(name):
         log.warning("kill point %s: sending SIGKILL to pid %d", name, pid or os.getpid())
+        if pid is not None and pid != os.getpid():
+            # a Spark task's output reaches the job's log through the JVM: give it time to pass
+            time.sleep(KILL_GRACE_S)
         os.kill(pid or os.getpid(), signal.SIGKILL)

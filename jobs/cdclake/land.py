@@ -35,13 +35,13 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from cdclake import kafka_ranges, kafka_read
-from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import LandingShrinks, task_error
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import FutureStamped, OffsetRange, Piece
-from cdclake.lake import (MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, arrow_schema, ensure_raw_tables,
-                          overwrite_hours)
+from cdclake.lake import (FILES_DDL, MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, HourFileWriter,
+                          arrow_schema, commit_hours, data_files, ensure_raw_tables, file_batch, hour_table,
+                          read_hours, write_local)
 from cdclake.results import LandResult
 from cdclake.window import UTC, Window
 
@@ -70,12 +70,6 @@ def settle_seconds(cfg: PipelineConfig, window: Window, now: Optional[dt.datetim
     return max(0.0, (window.end - now).total_seconds() + cfg.land.grace_s)
 
 
-#: Iceberg read options of the ledger: a file per topic and landed hour, a few hundred bytes each,
-#: read a thousand to a task (Iceberg's default open cost of 4 MB made a task of every four files:
-#: 500 tasks for a thousand topics' two hours).
-LEDGER_READ_OPTIONS = {"split-size": str(64 << 20), "file-open-cost": str(64 << 10)}
-
-
 def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window, parts: list[tuple[str, int]]
          ) -> tuple[dict[tuple[str, int], list[Piece]], dict[tuple[str, int, int], int]]:
     """``(pieces, landed)``: the pieces that land ``window`` for each ``(topic, partition)`` of
@@ -87,25 +81,24 @@ def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window, parts: list
     (:func:`cdclake.kafka_ranges.plan_partition`): first from the window and the hour on each side
     of it (a run after the hour before: the ledger's files of those hours only); then, for the
     partitions that have no range in the hour before (or after) it, from every earlier (later)
-    hour of their topics, which Iceberg skips by partition where there is none.
+    hour of their topics, which Iceberg skips by partition where there is none. The ledger's rows
+    are read by the driver (:func:`cdclake.lake.read_hours`): a file per topic and hour, a few
+    hundred bytes each.
     """
-    from pyspark.sql import functions as F
-
     hour = dt.timedelta(hours=1)
-    ledger = spark.read.options(**LEDGER_READ_OPTIONS).table(qualified(cfg, MANIFEST_TABLE))
     start, end = window.start, window.end
     topics = sorted({t for t, _ in parts})
-    near = _ledger_bounds(ledger.where(F.col("kafka_topic").isin(topics)
-                                       & (F.col("landed_hour") >= F.lit(start - hour).cast("timestamp"))
-                                       & (F.col("landed_hour") < F.lit(end + hour).cast("timestamp"))), window)
+    columns = ["kafka_topic", "kafka_partition", "landed_hour", "start_offset", "end_offset", "records"]
+    near = _ledger_bounds(read_hours(cfg, MANIFEST_TABLE, topics, start - hour, end + hour, columns), window)
     no_prev = sorted({t for t, p in parts if near.get((t, p), (None,))[0] is None})
     no_next = sorted({t for t, p in parts if near.get((t, p), (None, None))[1] is None})
     far = {}
-    if no_prev or no_next:
-        far = _ledger_bounds(ledger.where(
-            (F.col("kafka_topic").isin(no_prev) & (F.col("landed_hour") < F.lit(start - hour).cast("timestamp")))
-            | (F.col("kafka_topic").isin(no_next) & (F.col("landed_hour") >= F.lit(end + hour).cast("timestamp")))),
-            window)
+    if no_prev:
+        far = _ledger_bounds(read_hours(cfg, MANIFEST_TABLE, no_prev, None, start - hour, columns), window)
+    if no_next:
+        for tp, (_, next_start, _) in _ledger_bounds(read_hours(cfg, MANIFEST_TABLE, no_next, end + hour, None,
+                                                                columns), window).items():
+            far[tp] = (far.get(tp, (None,))[0], next_start, [])
     inside: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
     landed: dict[tuple[str, int, int], int] = {}
     for tp, (_, _, ranges) in near.items():
@@ -124,20 +117,24 @@ def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window, parts: list
 
 
 def _ledger_bounds(ledger, window: Window) -> dict[tuple[str, int], tuple[Optional[int], Optional[int], list]]:
-    """Per ``(topic, partition)`` of the ledger rows ``ledger``: the end offset of the latest range
-    before ``window``, the start offset of the earliest range after it (None: none), and the ranges
-    inside it as ``(hour_ms, start, end, records)``."""
-    from pyspark.sql import functions as F
-
-    start, end = (F.lit(window.start).cast("timestamp"), F.lit(window.end).cast("timestamp"))
-    before, after = F.col("landed_hour") < start, F.col("landed_hour") >= end
-    inside_range = F.struct(F.expr("unix_millis(landed_hour)").alias("h"), "start_offset", "end_offset", "records")
-    return {(r.kafka_topic, r.kafka_partition): (r.prev_end, r.next_start,
-                                                 [(x.h, x.start_offset, x.end_offset, x.records) for x in r.inside])
-            for r in ledger.groupBy("kafka_topic", "kafka_partition").agg(
-                F.max_by(F.when(before, F.col("end_offset")), F.when(before, F.col("landed_hour"))).alias("prev_end"),
-                F.min_by(F.when(after, F.col("start_offset")), F.when(after, F.col("landed_hour"))).alias("next_start"),
-                F.collect_list(F.when(~before & ~after, inside_range)).alias("inside")).collect()}
+    """Per ``(topic, partition)`` of the ledger rows ``ledger`` (a pyarrow table): the end offset
+    of the latest range before ``window``, the start offset of the earliest range after it (None:
+    none), and the ranges inside it as ``(hour_ms, start, end, records)``, in hour order."""
+    start_ms, end_ms = (int(t.timestamp() * 1000) for t in (window.start, window.end))
+    out: dict[tuple[str, int], list] = {}
+    cols = [ledger.column(c).to_pylist() for c in ("kafka_topic", "kafka_partition", "landed_hour", "start_offset",
+                                                   "end_offset", "records")]
+    for topic, p, hour, s_off, e_off, n in sorted(zip(*cols), key=lambda r: (r[0], r[1], r[2])):
+        h = int(hour.timestamp() * 1000)
+        b = out.setdefault((topic, p), [None, None, []])
+        if h < start_ms:
+            b[0] = e_off  # the latest before, in hour order
+        elif h >= end_ms:
+            if b[1] is None:
+                b[1] = s_off  # the earliest after
+        else:
+            b[2].append((h, s_off, e_off, n))
+    return {tp: (b[0], b[1], b[2]) for tp, b in out.items()}
 
 
 def _ledger_rows(reported: list[tuple], plans: dict[tuple[str, int], list[Piece]]) -> list[OffsetRange]:
@@ -183,6 +180,21 @@ def report_future(reported: list[tuple], skew_s: float) -> dict[tuple[str, int],
     return counts
 
 
+#: Raw columns written without Parquet dictionary encoding: keys and values seldom repeat.
+RAW_PLAIN_COLUMNS = ("key", "value")
+
+
+def ledger_files(cfg: PipelineConfig, rows: list[tuple]) -> list:
+    """The offset ledger's ``rows`` (tuples of :data:`cdclake.lake.MANIFEST_SCHEMA`) written by
+    the driver as the ledger's data files (one per topic and hour); pyiceberg ``DataFile`` s."""
+    import pyarrow as pa
+
+    schema = arrow_schema(MANIFEST_SCHEMA)
+    columns = list(zip(*rows)) if rows else [[] for _ in schema]
+    return write_local(hour_table(cfg, MANIFEST_TABLE),
+                       [pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema)], schema=schema)])
+
+
 def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResult:
     """Land every selected topic's records of ``window`` into the raw table; return counts per topic:
     a :class:`cdclake.results.LandResult`, the records landed per topic in its ``records`` (it reads
@@ -192,9 +204,13 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
     Waits first until ``land.grace_s`` seconds after the window's end (:func:`settle_seconds`).
     Plans each partition's offset ranges from the ledger (:func:`plan`); at most one Spark task per
     core reads them, each a group of partitions of about equal records
-    (:func:`cdclake.kafka_read.task_groups`) with one confluent-kafka consumer, and hands its records
-    to the JVM as Arrow batches (:func:`cdclake.kafka_read.read_partitions`), reporting the exact
-    range of every partition and hour; one atomic overwrite of the window in the raw table, then the ledger's rows of the window. Raises
+    (:func:`cdclake.kafka_read.task_groups`) with one confluent-kafka consumer, into Arrow batches
+    (:func:`cdclake.kafka_read.read_partitions`) that the task writes as the raw table's data files
+    itself (:class:`cdclake.lake.HourFileWriter`: no record crosses into the JVM), reporting the
+    exact range of every partition and hour and returning only its files' metadata. The driver
+    then commits the files in one atomic overwrite of the window in the raw table
+    (:func:`cdclake.lake.commit_hours`), then the ledger's rows of the window, which it writes
+    itself (:func:`ledger_files`). Raises
     ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
     :class:`LandingShrinks`: a task that re-reads a landed hour and finds fewer records than the
     ledger says it landed (:func:`shrinking`) fails, so the overwrite commits nothing and Kafka is
@@ -209,12 +225,16 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
         time.sleep(wait)
     topics = list(window.topics or cfg.topics())
     k = cfg.kafka
+    t0 = time.monotonic()
     parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
     ensure_raw_tables(spark, cfg)
     plans, landed = plan(spark, cfg, window, parts)
+    log.info("land %s: %d partitions of %d topics planned from the ledger in %.1f s", window, len(parts), len(topics),
+             time.monotonic() - t0)
     bootstrap, timeout, client = k.bootstrap_servers, max(30.0, k.timeout_s), dict(k.client)
     skew_s = float(cfg.land.max_future_skew_s)
     schema = arrow_schema(RAW_SCHEMA)
+    raw_table = hour_table(cfg, RAW_TABLE, plain=RAW_PLAIN_COLUMNS)
 
     class _Ranges(AccumulatorParam):
         def zero(self, value):
@@ -240,34 +260,47 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
             reported_future.add([(topic, p, future.count, list(future.samples))])
 
     def read(batches):
+        files = HourFileWriter(raw_table)
         for b in batches:
             for g in b.column(0).to_pylist():
-                yield from kafka_read.read_partitions(bootstrap, [plans[tp] for tp in groups[g]], schema, done, timeout,
-                                                      client, after_batch=lambda: kill_point("land.writing", driver),
-                                                      max_future_skew_s=skew_s)
+                for rows in kafka_read.read_partitions(bootstrap, [plans[tp] for tp in groups[g]], schema, done,
+                                                       timeout, client, max_future_skew_s=skew_s):
+                    files.add(rows)
+        written = files.close()
+        kill_point("land.writing", driver)
+        yield file_batch(written)
 
     # one row, and so one task, per group of partitions
     todo = spark.createDataFrame(spark.sparkContext.parallelize([(g,) for g in range(len(groups))],
                                                                 max(1, len(groups))), "task_group int")
-    df = todo.mapInArrow(read, RAW_SCHEMA)
     # a landed partition Kafka no longer has (the topic recreated with fewer) holds no record now
     reason = shrinking([OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), 0, 0, 0)
                         for t, p, h in landed if (t, p) not in plans], landed)
     if reason is not None:
         raise LandingShrinks(reason)
+    spark.sparkContext.setJobDescription(f"land: {len(parts)} partitions of {len(topics)} topics, {window}")
     try:
-        overwrite_hours(df, cfg, RAW_TABLE, window, topics)
+        t0 = time.monotonic()
+        written = data_files(todo.mapInArrow(read, FILES_DDL).collect())
+        log.info("land %s: %d tasks read the partitions and wrote %d raw data files in %.1f s", window, len(groups),
+                 len(written), time.monotonic() - t0)
     except Exception as exc:
         reason = task_error(exc, LandingShrinks)  # a reading task's, inside Spark's error
         if reason is None:
             raise
         raise LandingShrinks(reason) from None
+    finally:
+        spark.sparkContext.setJobDescription(None)
+    t0 = time.monotonic()
+    commit_hours(cfg, RAW_TABLE, window, topics, written, "land")
     kill_point("land.raw_written")
 
     ledger = _ledger_rows(reported.value, plans)
     now = dt.datetime.now(UTC)
     rows = [(r.topic, r.partition, r.hour, r.start, r.end, r.records, now) for r in ledger]
-    overwrite_hours(spark.createDataFrame(rows, MANIFEST_SCHEMA), cfg, MANIFEST_TABLE, window, topics)
+    commit_hours(cfg, MANIFEST_TABLE, window, topics, ledger_files(cfg, rows), "land")
+    log.info("land %s: raw data files and the ledger's %d ranges committed in %.1f s", window, len(rows),
+             time.monotonic() - t0)
     records, future = {t: 0 for t in topics}, {t: 0 for t in topics}
     for (t, _), n in report_future(reported_future.value, skew_s).items():
         future[t] += n

@@ -35,11 +35,18 @@ The package's modules, whose public names are all importable from here:
   :class:`cdclake.record.ChangeRecord`, and the staged rows normalize's Python workers write.
 - :mod:`cdclake.lake.naming`: the names and locations of silver, tombstone and history tables.
 - :mod:`cdclake.lake.tables`: creating tables, replacing a window's hours, whether a table exists.
+- :mod:`cdclake.lake.files`: hour tables' data files written by the Python workers.
+- :mod:`cdclake.lake.hours`: hour tables at the catalog: a window's files found, read, dealt to
+  reading tasks and replaced in one commit (pyiceberg), and the pyiceberg transaction and
+  overwrite every file-level commit uses.
 """
 from __future__ import annotations
 
 from cdclake.lake.changes import (BRONZE_SCHEMA, CHANGE_PYTHON_TYPES, STAGED_MAPS, STAGED_SCHEMA, STAGED_TO_BRONZE,
                                   bronze_frame, bronze_row, staged_row)
+from cdclake.lake.files import FILES_DDL, HourFileWriter, HourTable, data_files, file_batch, write_local
+from cdclake.lake.hours import (commit_hours, hour_files, hour_table, overwrite, plan_splits, read_hours, read_splits,
+                                stage_replace, transaction)
 from cdclake.lake.naming import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, NAME_HASH_DIGITS, PRIMARY_KEY_PROPERTY,
                                  SOURCE_TABLE_PROPERTY, SourceTable, history_namespace, history_table,
                                  resolve_legacy_name, short_name, silver_table, table_location, tombstone_namespace,
@@ -49,9 +56,9 @@ from cdclake.lake.schemas import (BRONZE_TABLE, CONTROL_SCHEMA, CONTROL_TABLE, H
                                   ORDER_TYPE, QUARANTINE_SCHEMA, QUARANTINE_TABLE, RAW_SCHEMA, RAW_TABLE,
                                   REGISTRY_SCHEMA, REGISTRY_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE,
                                   SOFT_DELETE_COLUMN, TOMBSTONE_SCHEMA, arrow_schema, column_ddl, ddl)
-from cdclake.lake.tables import (BRONZE_ROW_GROUP_BYTES, BRONZE_TABLES, BRONZE_WRITE_ORDER, HOUR_WRITE_OPTIONS,
+from cdclake.lake.tables import (BRONZE_ROW_GROUP_BYTES, BRONZE_TABLES, BRONZE_WRITE_ORDER,
                                  RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES, ensure_bronze_tables, ensure_raw_tables,
-                                 ensure_run_metrics_table, ensure_tombstone_table, overwrite_hours, table_exists,
+                                 ensure_run_metrics_table, ensure_tombstone_table, table_exists,
                                  window_filter)
 
 __all__ = [
@@ -63,12 +70,15 @@ __all__ = [
     # changes
     "BRONZE_SCHEMA", "CHANGE_PYTHON_TYPES", "STAGED_MAPS", "STAGED_SCHEMA", "STAGED_TO_BRONZE", "bronze_frame",
     "bronze_row", "staged_row",
+    # files
+    "FILES_DDL", "HourFileWriter", "HourTable", "commit_hours", "data_files", "file_batch", "hour_table", "overwrite",
+    "hour_files", "plan_splits", "read_hours", "read_splits", "stage_replace", "transaction", "write_local",
     # naming
     "KEY_CHANGES_PROPERTY", "MAX_NAME_CHARS", "NAME_HASH_DIGITS", "PRIMARY_KEY_PROPERTY", "SOURCE_TABLE_PROPERTY",
     "SourceTable", "history_namespace", "history_table", "resolve_legacy_name", "short_name", "silver_table",
     "table_location", "tombstone_namespace", "tombstone_table",
     # tables
-    "BRONZE_ROW_GROUP_BYTES", "BRONZE_TABLES", "BRONZE_WRITE_ORDER", "HOUR_WRITE_OPTIONS", "RAW_ROW_GROUP_BYTES",
+    "BRONZE_ROW_GROUP_BYTES", "BRONZE_TABLES", "BRONZE_WRITE_ORDER", "RAW_ROW_GROUP_BYTES",
     "RAW_SPLIT_BYTES", "ensure_bronze_tables", "ensure_raw_tables", "ensure_run_metrics_table",
-    "ensure_tombstone_table", "overwrite_hours", "table_exists", "window_filter",
+    "ensure_tombstone_table", "table_exists", "window_filter",
 ]

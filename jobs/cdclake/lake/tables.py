@@ -1,9 +1,9 @@
 """Operations on the lake's tables: creating them (and adding the columns a newer version has),
-replacing a window's hours, and whether a table exists.
+selecting a window's hours, and whether a table exists.
 
 Raw, manifest, bronze, quarantine and control tables are partitioned by (kafka_topic,
-hours(landed_hour)), so that a window is replaced by an overwrite whose filter
-(:func:`window_filter`) matches whole files; the registry by source_format, run metrics by
+hours(landed_hour)), so that a window's files are whole partitions (:func:`window_filter` selects
+its rows; :func:`cdclake.lake.commit_hours` replaces its files); the registry by source_format, run metrics by
 days(run_at). All are Iceberg format 2.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cdclake.lake.schemas import (BRONZE_TABLE, CONTROL_SCHEMA, CONTROL_TABLE, M
 from cdclake.window import Window
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
 
@@ -33,33 +33,6 @@ def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hou
     return (F.col("kafka_topic").isin(topics)
             & (F.col(hour_col) >= F.lit(window.start).cast("timestamp"))
             & (F.col(hour_col) < F.lit(window.end).cast("timestamp")))
-
-
-#: Iceberg write options of the hour tables (raw, ledger, bronze, quarantine, control): every task
-#: writes the rows it holds. Iceberg's default (``hash``) first shuffles a partitioned table's rows
-#: so that each partition is written by one task: a topic's hour, the whole of a window, went
-#: through one task and one core, after a shuffle of every value. With ``fanout-enabled`` a task
-#: may hold rows of several partitions (a window of several hours or topics).
-HOUR_WRITE_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
-#: A window of more topic hours than this is written clustered: each task's rows sorted by topic
-#: and hour, one file open at a time, instead of fanned out, where a task keeps a Parquet writer
-#: open for every topic hour it holds (a window of 3,000 topics ran out of a 3 GiB heap).
-FANOUT_MAX_PARTITIONS = 256
-
-
-def overwrite_hours(df: "DataFrame", cfg: PipelineConfig, table: str, window: Window, topics: list[str],
-                    order: tuple[str, ...] = ()) -> None:
-    """Replace the rows of ``topics`` in the hours of ``window`` in hour table ``table`` with ``df``
-    (:data:`HOUR_WRITE_OPTIONS`): one Iceberg commit, files written by the tasks that hold the rows,
-    each file's rows in ``order`` (columns). With more than :data:`FANOUT_MAX_PARTITIONS` topic
-    hours, each task sorts its rows by topic and hour first and writes one file at a time."""
-    options = HOUR_WRITE_OPTIONS
-    if len(topics) * len(list(window.hours())) > FANOUT_MAX_PARTITIONS:
-        df = df.sortWithinPartitions("kafka_topic", "landed_hour", *order)
-        options = {**options, "fanout-enabled": "false"}
-    elif order:
-        df = df.sortWithinPartitions(*order)
-    df.writeTo(qualified(cfg, table)).options(**options).overwrite(window_filter(window, topics))
 
 
 def _create(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: StructType, partitioning: str,

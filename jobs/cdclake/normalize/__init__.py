@@ -18,6 +18,13 @@ which accumulates across hours.
 
 All three are partitioned by (kafka_topic, hours(landed_hour)); a rerun overwrites the window.
 
+The Python workers do the whole data path: each task reads its share of the window's raw data
+files with pyarrow (:func:`cdclake.lake.plan_splits`, :func:`cdclake.lake.read_splits`), parses
+them, and writes the bronze, quarantine and control data files itself
+(:mod:`cdclake.normalize.files`), returning only the files' metadata and its counts; the driver
+commits ``bronze.changes`` first, then quarantine and control (:func:`cdclake.lake.commit_hours`),
+each in one overwrite of the window. No record crosses into the JVM.
+
 One bad record never stops a run: whatever fails for one record (a parser error, an exception of
 any type while its key or value is decoded, its change checked, its bronze row built or its row
 converted to Arrow, or its schema registry entries extracted) puts that record in quarantine with
@@ -33,6 +40,7 @@ schemas and creation are :mod:`cdclake.lake`'s.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Optional
 
 from cdclake.catalog import qualified
@@ -40,12 +48,13 @@ from cdclake.config import PipelineConfig
 from cdclake.errors import task_run_error
 from cdclake.faults import kill_point
 from cdclake.formats import get_parser
-from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SPLIT_BYTES, RAW_TABLE, bronze_frame,
-                          ensure_bronze_tables, overwrite_hours, window_filter)
+from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SCHEMA, RAW_TABLE, commit_hours,
+                          ensure_bronze_tables, hour_table, plan_splits, read_splits, window_filter)
+from cdclake.normalize.files import KINDS, TASK_OUTPUT_DDL, task_results, write_parsed
 from cdclake.normalize.limits import (MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits, json_deeper_than,
                                       json_nesting_depth)
 from cdclake.normalize.registry import register_schemas, registry_row
-from cdclake.normalize.rows import (OUTPUT_COLUMNS, TAGGED_SCHEMA, RawRow, classify, classify_records, kafka_record,
+from cdclake.normalize.rows import (RawRow, classify, classify_records, kafka_record,
                                     parse_batches, quarantine_reason, tagged_arrow_schema)
 from cdclake.results import NormalizeResult, TopicCounts
 from cdclake.window import Window
@@ -73,102 +82,81 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     the rest with its per-record parser; the share is logged per topic and, given a dict
     ``paths``, put there: ``{topic: {"fast_path": records, "per_record": records}}``.
     """
-    from pyspark import StorageLevel
-
     topics = list(window.topics or cfg.topics())
     ensure_bronze_tables(spark, cfg)
     parsers = {t: get_parser(cfg.source(t).format, cfg.source(t).parser_options()) for t in topics}
-    # one task per Parquet row group of the raw table (cdclake.lake.RAW_ROW_GROUP_BYTES)
-    raw = (spark.read.option("split-size", str(RAW_SPLIT_BYTES)).table(qualified(cfg, RAW_TABLE))
-           .where(window_filter(window, topics)))
+    raw = spark.read.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
     parsers = register_schemas(spark, cfg, raw, parsers)
 
-    raw = _parse_tasks(raw, spark.sparkContext.defaultParallelism)
+    cores = spark.sparkContext.defaultParallelism
+    raw_table = hour_table(cfg, RAW_TABLE)
+    splits = plan_splits(cfg, raw_table, window, topics, PARSE_TASKS_PER_CORE * cores, PARSE_TASK_RECORDS)
     arrow_schema = tagged_arrow_schema()
     max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth
-    tagged = raw.mapInArrow(lambda batches: parse_batches(parsers, arrow_schema, batches, max_bytes, max_depth),
-                            TAGGED_SCHEMA)
-    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+    tables = {k: hour_table(cfg, name, order=BRONZE_WRITE_ORDER if k == "change" else (),
+                            plain=("key", "value") if k == "quarantine" else ())
+              for k, (name, _schema) in zip(KINDS, BRONZE_TABLES)}
+    columns = RAW_SCHEMA.names
+
+    def task(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                parsed = parse_batches(parsers, arrow_schema, read_splits(raw_table, splits[i], columns), max_bytes,
+                                       max_depth)
+                yield from write_parsed(tables, parsed)
+
+    # one row, and so one task, per split of the window's raw files
+    todo = spark.createDataFrame(spark.sparkContext.parallelize([(i,) for i in range(len(splits))],
+                                                                max(1, len(splits))), "split int")
+    written = todo.mapInArrow(task, TASK_OUTPUT_DDL)
+    spark.sparkContext.setJobDescription(f"normalize: {len(topics)} topics, {window}")
+    t0 = time.monotonic()
     try:
-        return _write(spark, window, topics, parsers, tagged, cfg, paths)
+        files, counts = task_results(written.collect())
+        log.info("normalize %s: %d tasks parsed the raw data files and wrote %d data files in %.1f s", window,
+                 len(splits), sum(len(f) for f in files.values()), time.monotonic() - t0)
     except Exception as exc:
         stopped = task_run_error(exc)  # a service, a timeout, the runtime: the run fails, nothing quarantined
         if stopped is None:
             raise
         raise stopped from None
     finally:
-        tagged.unpersist()
+        spark.sparkContext.setJobDescription(None)
+    t0 = time.monotonic()
+    for k, t in tables.items():
+        commit_hours(cfg, t.name, window, topics, files.get(t.name, []), "normalize")
+        if k == "change":
+            kill_point("normalize.bronze_written")
+    log.info("normalize %s: bronze, quarantine and control committed in %.1f s", window, time.monotonic() - t0)
+    return _report(window, topics, parsers, counts, paths)
 
 
 #: Raw records one parsing task takes at least, where the window's files are small: a task (a
 #: Python worker started, the parsers unpickled, a file writer per table partition) costs about
 #: what parsing some ten thousand records does.
 PARSE_TASK_RECORDS = 100_000
+#: Parsing tasks per core at least (:func:`cdclake.lake.plan_splits`): a core whose task ends
+#: early takes another.
+PARSE_TASKS_PER_CORE = 2
 
 
-def _parse_tasks(raw, cores: int):
-    """``raw`` (the window's raw rows, one Spark partition per row group or per few small files) in
-    partitions the parsers take one task each: a window smaller than ``cores`` partitions (a small
-    hour, or one landed before row groups were capped, is one row group) spread over every core by
-    a shuffle, as the parsers are the stage's main work; one of many small files (one topic per
-    source table: a file per topic and hour) gathered without a shuffle into a multiple of
-    ``cores`` tasks of about :data:`PARSE_TASK_RECORDS` records (the count Iceberg's scan planning
-    gives, from the files' metadata)."""
-    n = raw.rdd.getNumPartitions()
-    if n < cores:
-        return raw.repartition(cores)
-    rows = _planned_rows(raw)
-    if rows is None:
-        return raw
-    tasks = -(-max(1, -(-rows // PARSE_TASK_RECORDS)) // cores) * cores
-    return raw.coalesce(tasks) if tasks < n else raw
-
-
-def _planned_rows(df) -> Optional[int]:
-    """The rows Spark's optimizer says ``df`` holds (an Iceberg scan counts its files' records, less
-    what delete files may remove), or None when it does not say."""
-    try:
-        count = df._jdf.queryExecution().optimizedPlan().stats().rowCount()
-        return int(str(count.get())) if count.isDefined() else None
-    except Exception:  # noqa: BLE001  (a plan without statistics: the partitions as planned)
-        return None
-
-
-def _write(spark: "SparkSession", window: Window, topics: list[str], parsers: dict, tagged, cfg: PipelineConfig,
-           paths: Optional[dict]) -> NormalizeResult:
-    """Write the parsed frame ``tagged`` (:data:`cdclake.normalize.rows.TAGGED_SCHEMA`) into the
-    window's bronze, quarantine and control partitions; log and return the counts per topic
-    (:class:`cdclake.results.NormalizeResult`)."""
-    from pyspark.sql import functions as F
-
-    kind = F.col("_kind")
+def _report(window: Window, topics: list[str], parsers: dict, counts, paths: Optional[dict]) -> NormalizeResult:
+    """Log the counts per topic of the writing tasks (``counts``: a
+    :class:`cdclake.normalize.files.TaskCounts`) and return them as a :class:`NormalizeResult`;
+    the fast path's share per topic goes to ``paths`` when given."""
     stats = {t: TopicCounts() for t in topics}
-    for k, (name, _schema) in zip(("change", "quarantine", "control"), BRONZE_TABLES):
-        part = tagged.where(kind == k).select(*OUTPUT_COLUMNS[k].names)
-        frame = bronze_frame(part) if k == "change" else part
-        overwrite_hours(frame, cfg, name, window, topics, BRONZE_WRITE_ORDER if k == "change" else ())
-        if k == "change":
-            kill_point("normalize.bronze_written")
-    # counted on the parsed frame the writes took their rows from (the gate counts the tables)
-    fast = {}
-    for r in tagged.groupBy("kafka_topic").agg(
-            F.count(F.when(F.col("_first"), 1)).alias("raw"),
-            F.count(F.when(F.col("_first") & F.col("_fast"), 1)).alias("fast"),
-            *[F.count(F.when(kind == k, 1)).alias(n)
-              for k, n in (("change", "changes"), ("quarantine", "quarantined"), ("control", "control"))]).collect():
-        stats[r["kafka_topic"]] = TopicCounts(**{n: int(r[n]) for n in ("raw", "changes", "quarantined", "control")})
-        fast[r["kafka_topic"]] = int(r["fast"])
+    for t, (raw, changes, quarantined, control, fast) in counts.counts.items():
+        stats[t] = TopicCounts(raw=raw, changes=changes, quarantined=quarantined, control=control)
         if paths is not None:
-            paths[r["kafka_topic"]] = {"fast_path": int(r["fast"]), "per_record": int(r["raw"]) - int(r["fast"])}
+            paths[t] = {"fast_path": fast, "per_record": raw - fast}
     for t, s in stats.items():
         log.info("normalized topic %s for %s: %d raw records -> %d change rows, %d quarantined, %d control",
                  t, window, s.raw, s.changes, s.quarantined, s.control)
+        fast = counts.counts.get(t, [0] * 5)[4]
         if parsers[t].FAST_PATH and s.raw:
             log.info("normalized topic %s for %s: %d of %d raw records (%.2f%%) read by the per-record parser, "
-                     "the rest by the columnar fast path", t, window, s.raw - fast.get(t, 0), s.raw,
-                     100.0 * (s.raw - fast.get(t, 0)) / s.raw)
-        if s.quarantined:
-            for q in (tagged.where((kind == "quarantine") & (F.col("kafka_topic") == t))
-                      .select("kafka_partition", "kafka_offset", "reason").limit(5).collect()):
-                log.warning("quarantined %s[%d]@%d: %s", t, q.kafka_partition, q.kafka_offset, q.reason)
+                     "the rest by the columnar fast path", t, window, s.raw - fast, s.raw,
+                     100.0 * (s.raw - fast) / s.raw)
+        for partition, offset, reason in counts.samples.get(t, []):
+            log.warning("quarantined %s[%d]@%d: %s", t, partition, offset, reason)
     return NormalizeResult(stats)

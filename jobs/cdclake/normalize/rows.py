@@ -2,8 +2,9 @@
 
 Each raw record gives one quarantine row (:data:`cdclake.lake.QUARANTINE_SCHEMA`), one control row
 (:data:`cdclake.lake.CONTROL_SCHEMA`), or one or more staged change rows
-(:data:`cdclake.lake.STAGED_SCHEMA`, :func:`cdclake.lake.bronze_row`); they cross to the JVM as
-Arrow batches of :data:`TAGGED_SCHEMA`, one wide row per outcome tagged with its kind. Whatever
+(:data:`cdclake.lake.STAGED_SCHEMA`, :func:`cdclake.lake.bronze_row`); they leave the parser as
+Arrow batches of :data:`TAGGED_SCHEMA`, one wide row per outcome tagged with its kind, which
+:mod:`cdclake.normalize.files` writes. Whatever
 fails for one record quarantines that record with a reason naming the format and the field.
 """
 from __future__ import annotations
@@ -304,12 +305,11 @@ def writable_rows(found: dict[str, list[tuple]], schema, parsers: dict, items_by
 
 def parse_batches(parsers: dict, schema, batches, max_value_bytes: int = MAX_VALUE_BYTES,
                   max_nesting_depth: int = MAX_NESTING_DEPTH) -> Iterator:
-    """``mapInArrow`` body: raw table Arrow batches in, Arrow batches of ``schema``
-    (:func:`tagged_arrow_schema`) out.
+    """Raw table Arrow batches in (as :func:`cdclake.lake.read_splits` reads them), Arrow batches
+    of ``schema`` (:func:`tagged_arrow_schema`) out.
 
     Each record goes through :func:`classify_records` with its topic's parser and the limits
-    ``max_value_bytes`` and ``max_nesting_depth``; the rows cross
-    between the JVM and Python as Arrow columns, not pickled rows, and leave grouped by kind.
+    ``max_value_bytes`` and ``max_nesting_depth``; the rows leave as Arrow columns, grouped by kind.
     When a value of an unexpected type (a parser's bug) or one Arrow cannot hold (a lone
     surrogate in a string) fails the batch, the records whose rows do not convert are
     quarantined instead (:func:`writable_rows`) and the rest of the batch is kept.

@@ -6,7 +6,7 @@ New data files are written by pyiceberg's own Parquet writer and location provid
 ``write_file`` (the one its ``append`` uses, kept as the reference) writes them: one file per
 bucket, the bucket computed by its transform, column metrics from the Parquet footer. Commits go
 through a pyiceberg transaction that computes its staged metadata once per state
-(:func:`transaction`). Position delete
+(:func:`cdclake.lake.transaction`). Position delete
 files (Iceberg spec, "Position Delete Files": ``file_path`` field id 2147483546, ``pos`` field id
 2147483545, sorted by both) are written with pyarrow and their metrics computed the same way.
 A small table's touched buckets are rewritten whole in one pyiceberg overwrite
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from cdclake.errors import NotFileLevel
+from cdclake.lake.hours import stage_replace, transaction
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,60 +57,6 @@ def _java(spark: "SparkSession", catalog: str) -> tuple:
             jcat = spark._jsparkSession.sessionState().catalogManager().catalog(catalog).icebergCatalog()
             _JAVA[key] = (jcat, jvm.org.apache.iceberg.util.JsonUtil.mapper())
         return _JAVA[key]
-
-
-_PYICEBERG: dict = {}
-
-
-def _classes() -> dict:
-    """The pyiceberg subclasses of :func:`transaction` and :func:`overwrite`, made once."""
-    if not _PYICEBERG:
-        from pyiceberg.table import Transaction
-        from pyiceberg.table.update import update_table_metadata
-        from pyiceberg.table.update.snapshot import _OverwriteFiles
-
-        class CachedTransaction(Transaction):
-            _cached: tuple = (None, None, None)
-
-            @property
-            def table_metadata(self):
-                base, updates, metadata = self._cached
-                if base is not self._table.metadata or updates is not self._updates:
-                    metadata = update_table_metadata(self._table.metadata, self._updates)
-                    self._cached = (self._table.metadata, self._updates, metadata)
-                return metadata
-
-        class LiveManifestsOverwrite(_OverwriteFiles):
-            def _existing_manifests(self) -> list:
-                return [m for m in super()._existing_manifests()
-                        if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id]
-
-        _PYICEBERG.update(transaction=CachedTransaction, overwrite=LiveManifestsOverwrite)
-    return _PYICEBERG
-
-
-def transaction(table):
-    """A pyiceberg ``Transaction`` on ``table`` whose ``table_metadata`` is computed once per
-    staged state. pyiceberg's own replays the staged updates and deep-copies the whole metadata
-    (every snapshot and log entry) on each read, about twenty times in one overwrite, so that a
-    commit's cost grew with the table's history (apache/iceberg-python issue 2673). The cache is
-    keyed on the identity of the table's metadata and of the staged updates' tuple, which every
-    staged update replaces, as in the upstream proposal (apache/iceberg-python pull request 3302)."""
-    return _classes()["transaction"](table)
-
-
-def overwrite(tx, properties: dict):
-    """pyiceberg's overwrite of the table of transaction ``tx`` (a snapshot exists), with
-    ``properties`` in its snapshot summary, whose new manifest list leaves out the manifests of
-    earlier snapshots that hold no live file (only entries of files an earlier overwrite
-    deleted), as Iceberg's Java commits do. pyiceberg carries them forward, so that every hourly
-    rewrite of a table added one manifest that every later commit and scan read (the same fault
-    was fixed in iceberg-go, apache/iceberg-go issue 1153)."""
-    from pyiceberg.table.refs import MAIN_BRANCH
-    from pyiceberg.table.snapshots import Operation
-
-    return _classes()["overwrite"](operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io,
-                                   branch=MAIN_BRANCH, snapshot_properties=properties)
 
 
 @dataclass
@@ -235,13 +182,7 @@ class TableFiles:
             return False
         props = {"cdc.operation": what} if what else {}
         with transaction(self.table) as tx:
-            new = self._data_files(tx.table_metadata, rows)
-            with (overwrite(tx, props) if old
-                  else tx.update_snapshot(snapshot_properties=props).fast_append()) as update:
-                for f in old:
-                    update.delete_data_file(f)
-                for f in new:
-                    update.append_data_file(f)
+            stage_replace(tx, old, self._data_files(tx.table_metadata, rows), props)
         return True
 
     def _read_parquet(self, path: str, columns: Optional[list[str]] = None) -> "pa.Table":

@@ -1,0 +1,256 @@
+"""Hour tables at the catalog: loading one for the writing tasks, finding and reading a window's
+data files, and replacing a window's files in one commit.
+
+The driver replaces a window's hours in one commit (:func:`commit_hours`): every data file of the
+window's partitions out, the files the tasks wrote (:mod:`cdclake.lake.files`) in, one snapshot,
+as Spark's ``overwrite`` by a filter matching whole partitions made it. It reads small hour
+tables (the offset ledger) itself (:func:`read_hours`) and deals a window's files to reading
+tasks (:func:`plan_splits`, :func:`read_splits`).
+
+The pyiceberg subclasses every commit of the library uses are here too: :func:`transaction`
+(staged metadata computed once per state) and :func:`overwrite` (no manifest of deleted entries
+carried forward).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+
+from cdclake.catalog import pyiceberg_catalog, with_retries
+from cdclake.config import PipelineConfig
+from cdclake.lake.files import HOUR_US, HourTable
+from cdclake.window import Window
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+_PYICEBERG: dict = {}
+
+
+def _classes() -> dict:
+    """The pyiceberg subclasses of :func:`transaction` and :func:`overwrite`, made once."""
+    if not _PYICEBERG:
+        from pyiceberg.table import Transaction
+        from pyiceberg.table.update import update_table_metadata
+        from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+        class CachedTransaction(Transaction):
+            _cached: tuple = (None, None, None)
+
+            @property
+            def table_metadata(self):
+                base, updates, metadata = self._cached
+                if base is not self._table.metadata or updates is not self._updates:
+                    metadata = update_table_metadata(self._table.metadata, self._updates)
+                    self._cached = (self._table.metadata, self._updates, metadata)
+                return metadata
+
+        class LiveManifestsOverwrite(_OverwriteFiles):
+            def _existing_manifests(self) -> list:
+                return [m for m in super()._existing_manifests()
+                        if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id]
+
+        _PYICEBERG.update(transaction=CachedTransaction, overwrite=LiveManifestsOverwrite)
+    return _PYICEBERG
+
+
+def transaction(table):
+    """A pyiceberg ``Transaction`` on ``table`` whose ``table_metadata`` is computed once per
+    staged state. pyiceberg's own replays the staged updates and deep-copies the whole metadata
+    (every snapshot and log entry) on each read, about twenty times in one overwrite, so that a
+    commit's cost grew with the table's history (apache/iceberg-python issue 2673). The cache is
+    keyed on the identity of the table's metadata and of the staged updates' tuple, which every
+    staged update replaces, as in the upstream proposal (apache/iceberg-python pull request 3302)."""
+    return _classes()["transaction"](table)
+
+
+def overwrite(tx, properties: dict):
+    """pyiceberg's overwrite of the table of transaction ``tx`` (a snapshot exists), with
+    ``properties`` in its snapshot summary, whose new manifest list leaves out the manifests of
+    earlier snapshots that hold no live file (only entries of files an earlier overwrite
+    deleted), as Iceberg's Java commits do. pyiceberg carries them forward, so that every hourly
+    rewrite of a table added one manifest that every later commit and scan read (the same fault
+    was fixed in iceberg-go, apache/iceberg-go issue 1153)."""
+    from pyiceberg.table.refs import MAIN_BRANCH
+    from pyiceberg.table.snapshots import Operation
+
+    return _classes()["overwrite"](operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io,
+                                   branch=MAIN_BRANCH, snapshot_properties=properties)
+
+
+def stage_replace(tx, old: list, new: list, properties: dict) -> None:
+    """Stage in transaction ``tx`` (:func:`transaction`) one snapshot that deletes data files
+    ``old`` and adds ``new`` (pyiceberg ``DataFile`` s), ``properties`` in its summary: an
+    :func:`overwrite`, or a fast append when nothing is deleted."""
+    with (overwrite(tx, properties) if old
+          else tx.update_snapshot(snapshot_properties=properties).fast_append()) as update:
+        for f in old:
+            update.delete_data_file(f)
+        for f in new:
+            update.append_data_file(f)
+
+
+def hour_table(cfg: PipelineConfig, name: str, order: tuple[str, ...] = (), plain: tuple[str, ...] = ()) -> HourTable:
+    """:class:`HourTable` ``name`` of the pipeline's catalog, loaded now (the driver). It must be
+    partitioned by ``kafka_topic`` and ``hours(landed_hour)``: anything else raises ValueError."""
+    table = _load(cfg, name)
+    spec = table.spec()
+    if [str(f.transform) for f in spec.fields] != ["identity", "hour"] or [
+            table.schema().find_column_name(f.source_id) for f in spec.fields] != ["kafka_topic", "landed_hour"]:
+        raise ValueError(f"{name}: partition spec {spec} is not (kafka_topic, hours(landed_hour))")
+    return HourTable(name, table.metadata.model_dump_json(), tuple(order), tuple(plain))
+
+
+def _load(cfg: PipelineConfig, name: str, cat=None):
+    """pyiceberg's table ``name`` (``namespace.table``), through catalog ``cat`` (None: opened and
+    closed here)."""
+    if cat is not None:
+        return with_retries(lambda: cat.load_table(tuple(name.split("."))), cfg.catalog, f"loading {name}")
+    cat = pyiceberg_catalog(cfg.catalog)
+    try:
+        return _load(cfg, name, cat)
+    finally:
+        cat.engine.dispose()
+
+
+def hour_files(table, topics: Iterable[str], start: Optional[dt.datetime] = None,
+               end: Optional[dt.datetime] = None) -> list:
+    """The data files of pyiceberg ``table`` (an hour table) in the partitions of ``topics`` whose
+    hour is in ``[start, end)`` (None: unbounded), at its current snapshot. The scan is pruned by
+    the hours only (its manifests' partition summaries and the files' bounds); the topics are then
+    matched by partition value (a filter of a thousand topics cost pyiceberg seconds per thousand
+    files). Raises ValueError for a delete file among them (hour tables are only ever overwritten)."""
+    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThan
+
+    wanted = set(topics)
+    if table.current_snapshot() is None or not wanted:
+        return []
+    lo = None if start is None else int(start.timestamp()) // 3600
+    hi = None if end is None else int(end.timestamp()) // 3600
+    row_filter = AlwaysTrue()
+    if start is not None:
+        row_filter = And(row_filter, GreaterThanOrEqual("landed_hour", lo * HOUR_US))
+    if end is not None:
+        row_filter = And(row_filter, LessThan("landed_hour", hi * HOUR_US))
+    out = []
+    for task in table.scan(row_filter=row_filter).plan_files():
+        f = task.file
+        topic, hour = f.partition[0], f.partition[1]
+        if topic in wanted and (lo is None or hour >= lo) and (hi is None or hour < hi):
+            if task.delete_files:
+                raise ValueError(f"{table.name()}: delete files in an hour table")
+            out.append(f)
+    return out
+
+
+def window_files(table, window: Window, topics: list[str]) -> list:
+    """:func:`hour_files` of ``topics`` in ``window``'s hours."""
+    return hour_files(table, topics, window.start, window.end)
+
+
+#: Threads reading an hour table's small files at once (:func:`read_hours`).
+READ_THREADS = 8
+
+
+def read_hours(cfg: PipelineConfig, name: str, topics: Iterable[str], start: Optional[dt.datetime] = None,
+               end: Optional[dt.datetime] = None, columns: Optional[list[str]] = None) -> "pa.Table":
+    """The rows of hour table ``name`` in the partitions of ``topics`` and the hours ``[start,
+    end)`` (:func:`hour_files`), read in this process by pyarrow (:data:`READ_THREADS` files at
+    once): for the driver's reads of small tables such as the offset ledger, whose window is a
+    file per topic and hour. Columns ``columns`` (None: all), by name, in the table's order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = _load(cfg, name)
+    schema = HourTable(name, table.metadata.model_dump_json()).arrow_schema
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
+    files = [f.file_path for f in hour_files(table, topics, start, end)]
+
+    def read(path: str) -> "pa.Table":
+        with table.io.new_input(path).open() as stream:
+            return pq.read_table(stream, columns=schema.names, use_threads=False)
+
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        parts = [t.cast(schema) for t in pool.map(read, files)]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+#: Rows of the Arrow batches :func:`read_splits` yields (Spark's ``arrow.maxRecordsPerBatch``).
+READ_BATCH_ROWS = 10_000
+
+
+def plan_splits(cfg: PipelineConfig, table: HourTable, window: Window, topics: list[str], tasks: int,
+                min_rows: int) -> list[list[tuple[str, list[int]]]]:
+    """The data files of ``window``'s partitions of ``topics`` in hour table ``table`` (as
+    :func:`window_files` finds them at the table's current snapshot) in about ``tasks`` reading
+    tasks, or more of at least ``min_rows`` records each: each task a list of ``(file location, row
+    group indexes)``. A file's row groups are dealt out one by one (their counts read from the
+    files' footers) when there are fewer files than tasks; otherwise whole files are dealt,
+    largest first, to the task holding the fewest records. ``[]`` when the window holds none."""
+    import heapq
+
+    import pyarrow.parquet as pq
+
+    live = _load(cfg, table.name)
+    files = [f for f in window_files(live, window, topics) if f.record_count]
+    if not files:
+        return []
+    rows = sum(f.record_count for f in files)
+    n = max(1, min(max(tasks, rows // max(1, min_rows)), rows))
+    pieces: list[tuple[int, str, list[int]]] = []
+    if len(files) < n:
+        for f in files:
+            with live.io.new_input(f.file_path).open() as stream:
+                meta = pq.ParquetFile(stream).metadata
+            pieces += [(meta.row_group(i).num_rows, f.file_path, [i]) for i in range(meta.num_row_groups)]
+    else:
+        pieces = [(f.record_count, f.file_path, []) for f in files]
+    heap = [(0, i) for i in range(min(n, len(pieces)))]
+    out: list[list[tuple[str, list[int]]]] = [[] for _ in heap]
+    for size, path, groups in sorted(pieces, key=lambda p: -p[0]):
+        load, i = heapq.heappop(heap)
+        out[i].append((path, groups))
+        heapq.heappush(heap, (load + size, i))
+    return out
+
+
+def read_splits(table: HourTable, split: list[tuple[str, list[int]]], columns: list[str]) -> Iterator:
+    """The rows of one task of :func:`plan_splits` (``split``: file locations and row groups, all
+    of a file's when none are named) as pyarrow ``RecordBatch`` es of ``columns`` (by name) of at
+    most :data:`READ_BATCH_ROWS` rows, read by pyarrow through the table's ``FileIO``."""
+    import pyarrow.parquet as pq
+
+    for path, groups in split:
+        with table.io.new_input(path).open() as stream:
+            pf = pq.ParquetFile(stream)
+            yield from pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups or None, columns=columns,
+                                       use_threads=False)
+
+
+def commit_hours(cfg: PipelineConfig, name: str, window: Window, topics: list[str], files: list,
+                 what: str) -> int:
+    """Replace the rows of ``topics`` in ``window``'s hours of hour table ``name`` by the data files
+    ``files`` (pyiceberg ``DataFile`` s written by :class:`HourFileWriter`), in one snapshot (an
+    overwrite; an append when nothing is replaced; nothing when there is neither), ``what`` as its
+    ``cdc.operation``. Fails (pyiceberg's ``CommitFailedException``) when another commit came to
+    the table after it was loaded. Returns the data files replaced."""
+    cat = pyiceberg_catalog(cfg.catalog)
+    try:
+        table = _load(cfg, name, cat)
+        old = window_files(table, window, topics)
+        if not old and not files:
+            return 0
+        props = {"cdc.operation": what, "cdc.window": str(window)}
+        with transaction(table) as tx:
+            stage_replace(tx, old, files, props)
+    finally:
+        cat.engine.dispose()
+    log.info("%s: %d data files committed for %s (%d topics), %d replaced", name, len(files), window, len(topics),
+             len(old))
+    return len(old)

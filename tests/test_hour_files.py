@@ -1,0 +1,143 @@
+"""Hour tables written by the Python workers (:mod:`cdclake.lake.files`) against Spark's reading
+of them, and bronze's map columns built in Arrow against Spark's ``bronze_frame``
+(:func:`cdclake.normalize.files.bronze_batch`)."""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from conftest import write_pipeline
+
+from cdclake.catalog import pyiceberg_catalog, qualified
+from cdclake.config import load_pipeline
+from cdclake.lake import (RAW_SCHEMA, RAW_TABLE, STAGED_SCHEMA, arrow_schema, bronze_frame, commit_hours,
+                          ensure_bronze_tables, ensure_raw_tables, hour_table, write_local)
+from cdclake.lake import files as lake_files
+from cdclake.window import UTC, Window
+
+H0 = dt.datetime(2031, 3, 1, 10, tzinfo=UTC)
+
+
+def _raw_rows(topic: str, hour: dt.datetime, n: int, start: int = 0) -> list[tuple]:
+    return [(topic, i % 2, start + i, int(hour.timestamp() * 1000) + i, f"k{i}".encode(),
+             None if i % 7 == 3 else (f"value {i} " * (i % 5)).encode(),
+             [{"name": "h", "value": b"x"}] if i % 3 == 0 else [], hour) for i in range(n)]
+
+
+def _batch(rows: list[tuple]):
+    import pyarrow as pa
+
+    schema = arrow_schema(RAW_SCHEMA)
+    cols = list(zip(*rows))
+    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, schema)], schema=schema)
+
+
+def _read(spark, cfg, topics: list[str]) -> list[tuple]:
+    df = spark.table(qualified(cfg, RAW_TABLE)).where(spark_in(topics))
+    return sorted((r.kafka_topic, r.kafka_partition, r.kafka_offset, r.kafka_timestamp_ms, bytes(r.key),
+                   None if r.value is None else bytes(r.value),
+                   [{"name": h.name, "value": bytes(h.value)} for h in r.headers],
+                   r.landed_hour.replace(tzinfo=UTC)) for r in df.collect())
+
+
+def spark_in(values: list[str]):
+    from pyspark.sql import functions as F
+
+    return F.col("kafka_topic").isin(values)
+
+
+def test_files_written_in_python_are_the_window_spark_reads_and_a_rerun_replaces_them(spark, monkeypatch):
+    """Rows of two topics and two hours, fed in runs that interleave partitions, in row groups of a
+    few hundred bytes and with one file open at a time (so that a partition gets several files):
+    Spark reads back exactly the rows, each file in its topic and hour's partition with its
+    record count and bounds; a rerun of one hour replaces that hour only; an empty rerun empties it."""
+    cfg = load_pipeline(write_pipeline(f"hourfiles_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
+    ensure_raw_tables(spark, cfg)
+    u = uuid.uuid4().hex[:6]
+    topics = [f"hf.a.{u}", f"hf.b/{u}"]  # a '/' in a topic stays a partition value, never a path
+    h1 = H0 + dt.timedelta(hours=1)
+    a0 = _raw_rows(topics[0], H0, 40)
+    rows = a0[:20] + _raw_rows(topics[1], H0, 25) + a0[20:] + _raw_rows(topics[0], h1, 30, 40) + _raw_rows(
+        topics[1], h1, 5, 25)
+    table = hour_table(cfg, RAW_TABLE, plain=("key", "value"))
+    table.__dict__["row_group_bytes"] = 300
+    monkeypatch.setattr(lake_files, "MAX_OPEN_FILES", 1)
+    both = Window(H0, h1 + dt.timedelta(hours=1))
+    files = write_local(table, [_batch(rows[i:i + 17]) for i in range(0, len(rows), 17)])
+    assert len({(f.partition[0], f.partition[1]) for f in files}) == 4 and len(files) > 4
+    assert max(len(f.split_offsets or []) for f in files) > 1
+    commit_hours(cfg, RAW_TABLE, both, topics, files, "test")
+    assert _read(spark, cfg, topics) == sorted(rows)
+    meta = {r.file_path: r for r in spark.sql(f"SELECT file_path, record_count, partition, lower_bounds "
+                                              f"FROM {qualified(cfg, RAW_TABLE)}.files").collect()}
+    for f in files:
+        m = meta[f.file_path]
+        assert m.record_count == f.record_count and m.partition.kafka_topic == f.partition[0]
+        assert "/" not in f.file_path.split("kafka_topic=")[1].split("/landed_hour_hour=")[0]
+    hits = spark.table(qualified(cfg, RAW_TABLE)).where(spark_in(topics) & (spark_col("kafka_offset") >= 60))
+    assert sorted(r.kafka_offset for r in hits.collect()) == list(range(60, 70))
+
+    again = _raw_rows(topics[0], h1, 3, 40)
+    commit_hours(cfg, RAW_TABLE, Window(h1, h1 + dt.timedelta(hours=1)), [topics[0]],
+                 write_local(table, [_batch(again)]), "test")
+    want = [r for r in rows if not (r[0] == topics[0] and r[7] == h1)] + again
+    assert _read(spark, cfg, topics) == sorted(want)
+    commit_hours(cfg, RAW_TABLE, Window(H0, h1), topics, [], "test")
+    assert _read(spark, cfg, topics) == sorted(r for r in want if r[7] == h1)
+    cat = pyiceberg_catalog(cfg.catalog)
+    summary = cat.load_table(("raw", "kafka_records")).current_snapshot().summary
+    cat.engine.dispose()
+    assert summary["cdc.operation"] == "test"
+
+
+def spark_col(name: str):
+    from pyspark.sql import functions as F
+
+    return F.col(name)
+
+
+def test_bronze_maps_built_in_arrow_equal_sparks(spark):
+    """:func:`bronze_batch` gives the rows ``bronze_frame`` gives in Spark: maps in their keys'
+    order, empty maps, null maps, null values, non-ASCII keys."""
+    import pyarrow as pa
+
+    from pyspark.sql import functions as F
+
+    from cdclake.lake import STAGED_MAPS
+    from cdclake.normalize.files import bronze_batch
+
+    cfg = load_pipeline(write_pipeline(f"bronzemaps_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
+    ensure_bronze_tables(spark, cfg)
+    schema = arrow_schema(STAGED_SCHEMA)
+    images = [(["id", "ñame", "a"], ["1", "x", None]), ([], []), (None, None), (["z", "b"], ["2", ""])]
+    rows = []
+    for i in range(40):
+        row = {}
+        for f in STAGED_SCHEMA.fields:
+            row[f.name] = None
+        k, v = images[i % 4]
+        k2, v2 = images[(i + 1) % 4]
+        row.update(source_format="debezium-json", source_table=f"t{i % 3}", op="update", row_in_record=0,
+                   kafka_topic="t", kafka_partition=0, kafka_offset=i, landed_hour=H0,
+                   before_k=k, before_v=v, after_k=k2, after_v=v2, primary_key=["id"])
+        for name in ("column_types_k", "column_types_v"):
+            if name in row:
+                row[name] = ["id", "ñame"] if name.endswith("_k") else ["int", "string"]
+        rows.append(row)
+    staged = pa.Table.from_pylist(rows, schema=schema).slice(3, 30)
+    mine = bronze_batch(staged)
+    theirs = bronze_frame(spark.createDataFrame(staged.to_pylist(), STAGED_SCHEMA))
+    assert mine.schema.names == theirs.columns
+    # map_entries keeps a map's order, which PySpark's conversion of a map to a dict does not
+    entries = theirs.select(*[F.map_entries(c).alias(c) if c in STAGED_MAPS else F.col(c) for c in theirs.columns])
+    assert [[_plain(v) for v in r.values()] for r in mine.to_pylist()] == [
+        [_plain(v) for v in r.asDict().values()] for r in entries.collect()]
+
+
+def _plain(x):
+    """A value as both sides give it: maps as lists of (key, value) pairs, times in UTC."""
+    if isinstance(x, list) and x and hasattr(x[0], "asDict"):
+        return [tuple(e) for e in x]
+    if isinstance(x, dt.datetime):
+        return x if x.tzinfo else x.replace(tzinfo=UTC)
+    return x
