@@ -108,9 +108,10 @@ def chart(results: dict, path: Path) -> Optional[Path]:
     for peer in results.get("peers") or []:
         eps, fmt = peer.get("events_per_s"), peer.get("format")
         if peer.get("status") == "ok" and eps and fmt in tag_of:
-            x = tag_of[fmt] + 0.45
-            ax.scatter([x], [eps], marker="*", s=120, zorder=5,
-                       label=f"peer {peer.get('peer') or peer.get('name')} on {fmt}: {eps / 1000:.1f}k/s")
+            side = peer.get("parallelism_role") == "continuity"
+            x = tag_of[fmt] + (0.35 if side else 0.45)
+            ax.scatter([x], [eps], marker="^" if side else "*", s=70 if side else 120, zorder=5,
+                       label=f"peer {_peer_label(peer)} on {fmt}: {eps / 1000:.1f}k/s")
     ax.axhline(NORMALIZE_TARGET, color="red", linestyle="-.", linewidth=1, label="normalize target (Debezium): 80k/s")
     ax.set_xticks(range(len(tags)))
     ax.set_xticklabels([f"{t}\n{formats[t].get('format', '')}" for t in tags], fontsize=8)
@@ -173,6 +174,108 @@ def from_json_ratios(results: dict) -> list[str]:
     return lines
 
 
+def _peer_label(peer: dict) -> str:
+    """A peer run's name, its parallelism when it has one, and whether it left a table."""
+    label = str(peer.get("peer") or peer.get("name"))
+    if peer.get("parallelism") is not None:
+        label += f", parallelism {peer['parallelism']}"
+    if peer.get("leaves_table"):
+        label += ", table written"
+    return label
+
+
+def _headline_run(runs: list[dict]) -> dict:
+    """The headline run among one format's runs of a peer (not empty): the one whose role is
+    ``headline``, else (results written before the parallelism-2 headline) the one of the highest
+    parallelism."""
+    marked = [r for r in runs if r.get("parallelism_role") == "headline"]
+    return marked[0] if marked else max(runs, key=lambda r: r.get("parallelism") or 1)
+
+
+def _ratio_text(run: dict, key: str) -> str:
+    return f"{run[key]:.2f}" if run.get(key) is not None else "not quoted"
+
+
+def peer_ratios(results: dict, peer: str = "flink") -> dict:
+    """Our hour against each run of ``peer`` (a peer module's name) on the same wire format.
+
+    A ratio is the peer's wall seconds over ours: our speed as a fraction of the peer's (above 1.0
+    ours is faster), for the whole hour (``e2e``: land, normalize, silver and the three gates) and
+    for normalize and silver alone. It is quoted only when every table of the peer's run equalled
+    the source (``matches_source``) and so did every silver table of ours (``verify``); else it is
+    None and ``not_quoted`` says why. Returns ``{"peer", "ratio", "formats": {tag: {"format",
+    "ours": {"whole_hour_s", "normalize_silver_s", "verified"}, "runs": [{"parallelism",
+    "parallelism_role", "headline", "wall_s", "flink_wall_s", "table_write_s", "leaves_table",
+    "equal_to_source", "whole_hour", "normalize_silver", "not_quoted"}], "headline": {"parallelism",
+    "leaves_table", "whole_hour", "normalize_silver"}}}}`` (seconds; runs in the order they ran;
+    ``headline`` the run at the benchmark's cores)."""
+    out: dict = {"peer": peer, "ratio": "peer wall_s / our wall_s (above 1.0: ours faster)", "formats": {}}
+    by_format: dict[str, list[dict]] = {}
+    for p in results.get("peers") or []:
+        if p.get("name") == peer and p.get("status") == "ok" and p.get("wall_s"):
+            by_format.setdefault(p.get("format"), []).append(p)
+    for tag, f in results.get("formats", {}).items():
+        runs = by_format.get(f.get("format"))
+        whole = (f.get("e2e") or {}).get("wall_s")
+        if not runs or not whole:
+            continue
+        stages = f.get("stages") or {}
+        ns = [(stages.get(s) or {}).get("wall_s") for s in ("normalize", "silver")]
+        ns_s = sum(ns) if all(ns) else None
+        verified = bool((f.get("verify") or {}).get("ok"))
+        entries = []
+        for r in runs:
+            equal = bool((r.get("matches_source") or {}).get("ok"))
+            why = None if equal and verified else (
+                "the peer's tables differ from the source or were not checked" if not equal
+                else "our silver differs from the source or was not checked")
+            entries.append({
+                "parallelism": r.get("parallelism"), "parallelism_role": r.get("parallelism_role"),
+                "wall_s": r["wall_s"], "flink_wall_s": r.get("flink_wall_s"), "table_write_s": r.get("table_write_s"),
+                "leaves_table": bool(r.get("leaves_table")), "equal_to_source": equal,
+                "whole_hour": round(r["wall_s"] / whole, 2) if why is None else None,
+                "normalize_silver": round(r["wall_s"] / ns_s, 2) if why is None and ns_s else None,
+                "not_quoted": why})
+        head = _headline_run(entries)
+        for e in entries:
+            e["headline"] = e is head
+        out["formats"][tag] = {
+            "format": f.get("format"),
+            "ours": {"whole_hour_s": whole, "normalize_silver_s": ns_s, "verified": verified},
+            "runs": entries,
+            "headline": {k: head[k] for k in ("parallelism", "leaves_table", "whole_hour", "normalize_silver")}}
+    return out
+
+
+def peer_lines(results: dict) -> list[str]:
+    """The peers' figures, one line per run (its parallelism stated), then our hour against the
+    PyFlink peer per format: the headline ratio against its run at the benchmark's cores that wrote
+    its Iceberg tables, the parallelism-1 run's beside it."""
+    lines = []
+    for p in results.get("peers") or []:
+        name = f"{p.get('peer') or p.get('name')} {p.get('format', '')}"
+        if p.get("parallelism") is not None:
+            name += f" p{p['parallelism']}" + (f" ({p['parallelism_role']})" if p.get("parallelism_role") else "")
+        if p.get("status") != "ok" or not p.get("wall_s"):
+            lines.append(f"peer {name}: {p.get('status')} {p.get('error') or p.get('reason') or ''}".rstrip())
+            continue
+        parts = f" (Flink {p['flink_wall_s']:.1f} + Iceberg write {p['table_write_s']:.1f})" if p.get("leaves_table") else ""
+        eq = (p.get("matches_source") or {}).get("ok")
+        lines.append(f"peer {name}: {p['wall_s']:.1f} s{parts}, {p.get('events_per_s') or 0:,.0f} events/s, "
+                     + {True: "equal to the source", False: "DIFFERS from the source", None: "not checked"}[eq])
+    ratios = results.get("peer_ratios") or peer_ratios(results)
+    if ratios["formats"]:
+        lines.append("our hour against PyFlink (its wall over ours; above 1.0 ours is faster):")
+    for tag, f in ratios["formats"].items():
+        head, rest = f["headline"], [r for r in f["runs"] if not r.get("headline")]
+        side = "".join(f" ({_ratio_text(r, 'whole_hour')} at parallelism {r['parallelism']})" for r in rest)
+        side_ns = "".join(f" ({_ratio_text(r, 'normalize_silver')})" for r in rest)
+        written = ", its tables written" if head["leaves_table"] else ""
+        lines.append(f"{tag:8} whole hour {_ratio_text(head, 'whole_hour')} at parallelism {head['parallelism']}"
+                     f"{written}{side}; normalize and silver alone {_ratio_text(head, 'normalize_silver')}{side_ns}")
+    return lines
+
+
 def table(results: dict) -> str:
     """A plain-text summary of the per-stage figures (printed at the end of a run)."""
     lines = [f"{'format':8} {'stage':16} {'wall s':>8} {'events/s':>10} {'peak RSS MiB':>13}"]
@@ -191,6 +294,7 @@ def table(results: dict) -> str:
                 lines.append(f"{'from_json':8} {name:16} {v['wall_s']:>8.1f} {v['events_per_s'] or 0:>10,} "
                              f"{v['peak_rss_mb']:>13,}{when}")
     lines += from_json_ratios(results)
+    lines += peer_lines(results)
     for m in results.get("merge") or []:
         lines.append(f"merge {m['rows']:>10,} rows {m['write_mode']:14} {m['wall_s']:>7.1f} s  peak RSS {m['peak_rss_mb']:,} MiB")
     mt = results.get("maintenance")

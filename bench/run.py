@@ -5,17 +5,15 @@
 See ``bench/README.md`` for what is measured and how. Outputs ``bench/results/<date>.json`` and
 ``bench/results/<date>.png``.
 
-Peers: :func:`run_peer` calls ``bench.peers.<name>.run(input_spec) -> dict`` for every name in
-:data:`PEERS` whose module exists (else the peer is recorded as ``not run``), after the Spark
-session has stopped; the ``input_spec`` dict is described in ``bench/README.md``.
+Peers: :func:`bench.peers.harness.run_peers` calls ``bench.peers.<name>.run(input_spec) -> dict``
+for every name in :data:`PEERS` whose module exists (else the peer is recorded as ``not run``),
+after the Spark session has stopped; the ``input_spec`` dict is described in ``bench/README.md``.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import datetime as dt
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -36,12 +34,11 @@ if str(REPO_ROOT / "jobs") not in sys.path:
 
 from bench import data as bdata  # noqa: E402
 from bench import tables as btables  # noqa: E402
+from bench.peers.harness import PEERS, run_peers  # noqa: E402
 from bench.sampler import RssSampler  # noqa: E402
 
 log = logging.getLogger("bench")
 ALL_FORMATS = ("dbz", "canal", "arcion", "cdl", "splex", "qlikj", "qlika", "dts")
-#: Peer module names and the wire formats each is run on (one ``run`` call per format).
-PEERS = {"flink": ("debezium-json", "canal-json"), "pyiceberg_upsert": ("debezium-json",)}
 WARM_START = dt.datetime(2024, 1, 1, 0, tzinfo=dt.timezone.utc)
 MEASURED_START = dt.datetime(2024, 1, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -310,132 +307,6 @@ def produce(state: Path, bootstrap: str, topic: str, summary: dict, tag: str) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# peers
-
-
-def run_peer(name: str, input_spec: dict, sampler: Optional[RssSampler] = None) -> dict:
-    """Run peer ``bench.peers.<name>``: its ``run(input_spec) -> dict``, timed and memory-sampled.
-
-    Returns the peer's dict with ``name``, ``status`` (``ok`` unless the peer says otherwise) and a
-    ``harness`` entry (wall seconds and peak RSS of this process tree while the peer ran); a peer whose
-    module does not exist or does not import is ``not run``, one that raises is ``failed``.
-    """
-    module = f"bench.peers.{name}"
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        return {"name": name, "status": "not run", "reason": f"module {module} not found"}
-    try:
-        mod = importlib.import_module(module)
-    except Exception as exc:
-        return {"name": name, "status": "not run", "reason": f"import of {module} failed: {type(exc).__name__}: {exc}"}
-    if not callable(getattr(mod, "run", None)):
-        return {"name": name, "status": "not run", "reason": f"{module} has no run(input_spec)"}
-    own = RssSampler() if sampler is None else sampler
-    spec = dict(input_spec, work_dir=str(Path(input_spec["work_dir"]) / name))
-    Path(spec["work_dir"]).mkdir(parents=True, exist_ok=True)
-    try:
-        with own.span(f"peer/{name}") as s:
-            try:
-                result = mod.run(spec)
-                error = None
-            except Exception as exc:
-                result, error = None, f"{type(exc).__name__}: {exc}"
-                log.error("peer %s failed\n%s", name, traceback.format_exc())
-    finally:
-        if sampler is None:
-            own.close()
-    out = {"name": name, "status": "failed", "error": error} if error else dict(result or {})
-    out.setdefault("name", name)
-    out.setdefault("status", "ok")
-    out["harness"] = {"wall_s": round(s.wall_s, 2), **s.as_dict()}
-    return out
-
-
-def input_spec(cfg, summary: dict, state: Path, tags: list[str]) -> dict:
-    """The input every peer call gets (see ``bench/README.md``); :func:`peer_calls` adds ``format``/``tables``."""
-    from bench.pipeline import silver_names
-    from cdclake.lake import BRONZE_TABLE
-
-    fmts = {}
-    for tag, fmt in bdata.EXPORTED.items():
-        d = bdata.DATA_DIR / fmt
-        if tag in tags and d.is_dir():
-            info = summary["formats"][tag]
-            fmts[fmt] = {
-                "files": {t: str(d / f"{t}.jsonl") for t in summary["tables"] if (d / f"{t}.jsonl").exists()},
-                "ddl_file": str(d / "_ddl.jsonl") if (d / "_ddl.jsonl").exists() else None,
-                "messages": info.get("exported", {}),
-                "schema_include": fmt == "debezium-json",
-                "topic": f"bench.{tag}", "kafka_partitions": info["partitions"],
-                "silver_tables": {t: (f"{cfg.silver.namespace}.{n}" if n else None)
-                                  for t, n in silver_names(cfg, tag, list(summary["tables"])).items()},
-                "silver": {k: v for k, v in results_of(tag).items()},
-            }
-    cat = cfg.catalog
-    return {
-        "events": summary["events"], "transactions": summary["transactions"],
-        "hour": {"start": MEASURED_START.isoformat(), "end": (MEASURED_START + dt.timedelta(hours=1)).isoformat()},
-        "schemas": summary["tables"],
-        "formats": fmts,
-        "expected": {"format": "jsonl, one row per line, values in cdclake.types canonical text (null = NULL)",
-                     "files": {t: str(bdata.DATA_DIR / "expected" / f"{t}.jsonl") for t in summary["tables"]},
-                     "rows": summary["expected_rows"]},
-        "changes": {"format": "parquet file per table: the table's columns typed as in silver, plus _op "
-                              "('upsert' with the final row, or 'delete' with only the key set); one row per key "
-                              "the hour touched",
-                    "files": {t: str(bdata.DATA_DIR / "changes" / f"{t}.parquet") for t in summary["tables"]},
-                    "rows": summary.get("changes_rows")},
-        "bronze": {"table": f"{cat.name}.{BRONZE_TABLE}", "kafka_topic": "bench.dbz",
-                   "landed_hour": MEASURED_START.isoformat()},
-        "catalog": {"name": cat.name, "uri": "sqlite:///" + cat.uri.removeprefix("jdbc:sqlite:"),
-                    "jdbc_uri": cat.uri, "warehouse": cat.warehouse},
-        "spark_master": cfg.spark.master,
-        "cores": os.cpu_count(),
-        "work_dir": str(state / "peers"),
-        "return_rows": True,
-    }
-
-
-_OURS: dict = {}
-
-
-def results_of(tag: str) -> dict:
-    """Our figures for a format (filled by :func:`main`), handed to peers for reference."""
-    return _OURS.get(tag, {})
-
-
-def peer_calls(names: list[str], spec: dict) -> list[tuple[str, dict]]:
-    """``(peer, input_spec)`` per peer and format: ``spec`` plus ``format`` and ``tables``
-    (``{table: {"path", "columns", "primary_key"}}``: that format's message file per table)."""
-    calls = []
-    for name in names:
-        for fmt in PEERS.get(name, ("debezium-json",)):
-            f = spec["formats"].get(fmt)
-            if f is None:
-                continue
-            tables = {t: {"path": f["files"][t], "columns": s["columns"], "primary_key": s["primary_key"],
-                          "changes": spec["changes"]["files"][t]}
-                      for t, s in spec["schemas"].items() if t in f["files"]}
-            calls.append((name, dict(spec, peer=name, format=fmt, tables=tables)))
-    return calls
-
-
-def check_peer_rows(result: dict, spec: dict) -> dict:
-    """Compare a peer's final ``rows`` (``{table: [row dict]}``) with the source's final state; drop the rows."""
-    from bench.pipeline import compare_to_expected
-
-    rows = result.pop("rows", None)
-    if isinstance(rows, dict):
-        tables = {t: compare_to_expected(rows.get(t, []), schema, Path(spec["expected"]["files"][t]))
-                  for t, schema in spec["schemas"].items()}
-        result["matches_source"] = {"ok": all(e["ok"] for e in tables.values()), "tables": tables}
-    return result
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -596,19 +467,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     # -- peers (after Spark has stopped) ---------------------------------------------------
     if args.peers:
-        for tag, r in results["formats"].items():
-            _OURS[tag] = {"e2e": r.get("e2e"), "stages": r.get("stages")}
-        spec = input_spec(cfg, summary, state, tags)
-        results["input_spec"] = {k: v for k, v in spec.items() if k != "formats"} | {
-            "formats": {f: {k: v for k, v in x.items() if k != "silver"} for f, x in spec["formats"].items()}}
-        for name, call in peer_calls(args.peers, spec):
-            log.info("peer %s on %s", name, call["format"])
-            res = check_peer_rows(run_peer(name, call, sampler), call)
-            res.setdefault("format", call["format"])
-            results["peers"].append(res)
-        not_called = [n for n in args.peers if not any(p.get("name") == n for p in results["peers"])]
-        for name in not_called:
-            results["peers"].append({"name": name, "status": "not run", "reason": "none of its formats was measured"})
+        run_peers(args.peers, cfg, summary, state, tags, MEASURED_START, results, sampler)
     sampler.close()
 
     # -- second runs: a larger hour, one core (each a bench run of its own, after this one) ---

@@ -1,10 +1,12 @@
 """Benchmark peers: other engines given the same CDC input, for side-by-side figures.
 
 - :mod:`flink` — PyFlink 2.3 (``debezium-json`` / ``canal-json`` changelog sources, run in
-  ``.venv-flink`` as a subprocess).
+  ``.venv-flink`` as a subprocess, :mod:`flink_job`), its final rows written into Iceberg tables
+  with pyiceberg (:mod:`iceberg_sink`).
 - :mod:`pyiceberg_upsert` — pyiceberg's ``Table.upsert`` / ``Table.delete`` applying the
   deduplicated final changes to an Iceberg table.
 - :mod:`compare` — equality of our silver rows and a peer's rows.
+- :mod:`harness` — the benchmark's side: the calls, ``run_peer``, the check against the source.
 
 Each peer exposes ``run(input_spec: dict) -> dict``.
 """

@@ -1,14 +1,21 @@
 """Benchmark peer: PyFlink 2.3 materializing the final tables from Debezium / Canal JSON messages.
 
 PyFlink's pins conflict with the project's, so the Flink job runs in its own venv
-(``.venv-flink`` at the repo root, from ``bench/requirements-flink.txt``). This module has two
-roles:
+(``.venv-flink`` at the repo root, from ``bench/requirements-flink.txt``). Three modules:
 
-- imported anywhere (the project venv): :func:`run` launches ``.venv-flink/bin/python`` on this
-  same file with a job description, samples the RSS of the process tree (Python + the JVM it
-  starts) with psutil, and reads back the figures (JSON) and the final rows (Arrow IPC files);
-- run as ``.venv-flink/bin/python bench/peers/flink.py --job JOB.json --out OUT.json``: the
-  Flink job itself. Nothing at module level imports pyflink.
+- this one, imported in the project venv: :func:`run` makes the peer's Iceberg tables, launches
+  ``.venv-flink/bin/python bench/peers/flink_job.py`` with a job description, samples the RSS of
+  that process tree (Python + the JVM it starts) with psutil, reads back its figures (JSON),
+  then writes the final rows it handed over (one Arrow IPC file per table) into the Iceberg
+  tables, timed, and reads the tables back for the benchmark's check;
+- :mod:`bench.peers.flink_job`: the Flink job itself (nothing at module level imports pyflink);
+- :mod:`bench.peers.iceberg_sink`: the Iceberg tables (pyiceberg, in this process).
+
+Parallelism: the job runs at ``input_spec["parallelism"]`` (default 2, the benchmark's two cores,
+as Spark's ``local[2]`` on our side; the harness also runs it at 1 beside it). Every operator
+runs at it (``parallelism.default``, ``table.exec.resource.default-parallelism``) except the
+collect sink, which Flink always runs at 1; ``flink_jobs[].vertices`` gives each operator
+chain's parallelism as Flink ran it.
 
 How the job works (what was found to work with Flink 2.3 and only the bundled jars):
 
@@ -29,6 +36,17 @@ How the job works (what was found to work with Flink 2.3 and only the bundled ja
   but every changelog row still passes through the collect sink to the client, which applies
   it: Flink has no bundled sink that keeps an upserted table (the upsert-kafka, JDBC, Paimon
   and Iceberg connectors are separate jars, out of reach here).
+- The final rows are then written into one Apache Iceberg table per source table with pyiceberg
+  (:mod:`bench.peers.iceberg_sink`: a SQLite ``SqlCatalog`` at ``<work_dir>/catalog.db``, the
+  warehouse at ``<work_dir>/warehouse``, namespace ``<format>_p<parallelism>``, e.g.
+  ``debezium_json_p2.customers``), so that the peer, like our pipeline, leaves a table behind.
+  pyiceberg does not install in ``.venv-flink`` (its pyarrow extra needs pyarrow >= 18, the Flink
+  lock holds 16.1), so **the write runs in the parent process** (the project venv) right after
+  the Flink process returns, timed, and its seconds (``table_write_s``: reading the hand-off
+  files, the cast to the table's schema, the Parquet data files and the commit) are added to the
+  peer's ``wall_s``. The tables are made before the Flink process starts, not timed.
+- The rows the benchmark checks against the source (``rows``) are read back from those Iceberg
+  tables with a pyiceberg scan, not from the hand-off files.
 
 Value conversions (documented limits of Flink's JSON formats, handled here):
 
@@ -37,7 +55,7 @@ Value conversions (documented limits of Flink's JSON formats, handled here):
   * ``org.apache.kafka.connect.data.Decimal`` (Base64 of the unscaled two's complement): Flink
     cannot read it as DECIMAL (``NumberFormatException``); the column is declared BYTES (Jackson
     decodes the Base64) and the unscaled bytes are turned into decimals in Python after
-    collection (timed as ``decode_s``, included in ``wall_s``).
+    collection (timed as ``decode_s``, included in ``flink_wall_s``).
   * ``io.debezium.time.Timestamp`` (epoch ms) is declared BIGINT and converted in Flink SQL with
     ``CAST(TO_TIMESTAMP_LTZ(x, 3) AS TIMESTAMP(3))`` (session zone UTC);
     ``io.debezium.time.MicroTimestamp`` (``timestamp_unit: "us"``) with ``TO_TIMESTAMP_LTZ(x, 6)``.
@@ -68,22 +86,27 @@ to it (``execution.target=remote``); PyFlink's default would start and stop a Mi
 every job (1-4 s each here). All tables go into one Flink job: a ``UNION ALL`` of the tables'
 rows in their own column slots plus a table tag (``single_job``), split again after collection.
 
-Figures:
+Figures (seconds unless named otherwise):
 
-- ``wall_s``: the timed Flink work, client included: CREATE TABLE, planning, submission, the job,
-  fetching and materializing the result, splitting and decimal decoding. It follows a warm-up
-  job over the first 200 lines of the first table (class loading, JIT: ``warmup_s``).
-  ``events_per_s`` = events / ``wall_s``.
+- ``wall_s``: the peer's timed span, ``flink_wall_s + table_write_s``. ``flink_wall_s``: the
+  timed Flink work, client included: CREATE TABLE, planning, submission, the job, fetching and
+  materializing the result, splitting and decimal decoding. It follows a warm-up job over the
+  first 200 lines of the first table (class loading, JIT: ``warmup_s``). ``table_write_s``: the
+  Iceberg write in the parent (above; per table under ``table.tables``). The hand-off between
+  them (the Flink process writing its Arrow files, ``tables.<t>.handoff_write_s``, and exiting)
+  is not timed. ``events_per_s`` = events / ``wall_s``.
 - ``breakdown_s.flink_job_s``: the job's own duration as Flink records it (CREATED to FINISHED);
   ``flink_job_events_per_s`` = events / that. ``flink_jobs[].before_job_s`` is the client's
   optimizing, translating and submitting; ``after_job_s`` the fetching of the last results.
 - ``startup_s``: PyFlink import, gateway JVM start, MiniCluster start, TableEnvironment.
 - ``process_wall_s``: the whole subprocess, from launch to exit (JVM shutdown included).
 - ``peak_rss_bytes``: the highest summed RSS of the subprocess tree (Python + JVM), sampled
-  every 50 ms by the caller.
+  every 50 ms by the caller; the table write's memory, in the caller's process, is in the
+  harness's figures (``harness``), not here.
 
-The JVM's log goes to ``<work_dir>/flink-log/`` (``FLINK_LOG_DIR``); the plans of the timed
-queries to ``<work_dir>/plans.txt``.
+Each call's job files go to ``<work_dir>/<format>-p<parallelism>/``: the job description, the
+figures, the hand-off files, the process's output (``flink.log``), the JVM's log (``flink-log/``,
+``FLINK_LOG_DIR``) and the plans of the timed queries (``plans.txt``).
 """
 from __future__ import annotations
 
@@ -93,7 +116,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -101,6 +123,8 @@ PEER = "pyflink-2.3"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = REPO_ROOT / ".venv-flink" / "bin" / "python"
 FORMATS = ("debezium-json", "canal-json")
+DEFAULT_PARALLELISM = 2  # the benchmark's cores: Spark runs local[2] on our side
+JOB_SCRIPT = Path(__file__).resolve().with_name("flink_job.py")
 
 # ---------------------------------------------------------------------------------------------
 # column types (canonical names of cdclake.types or Flink SQL names)
@@ -229,7 +253,8 @@ def count_events(fmt: str, path: str) -> dict:
 
 
 def run(input_spec: dict) -> dict:
-    """Run the Flink peer on ``input_spec`` and return its figures and final rows.
+    """Run the Flink peer on ``input_spec``, write its final rows into Iceberg tables, and return
+    its figures and those tables' rows.
 
     ``input_spec``::
 
@@ -238,7 +263,8 @@ def run(input_spec: dict) -> dict:
          # optional:
          "events": int,              # declared event count: reported as "events_declared"; "events"
                                      # is always counted from the files (row changes, tombstones out)
-         "parallelism": 1,           # Flink default parallelism
+         "parallelism": 2,           # Flink default parallelism (every operator but the collect sink)
+         "parallelism_role": str,    # echoed: "headline" or "continuity" (set by the harness)
          "warmup": True,             # warm-up job before the timed ones
          "normalize": True,          # table.exec.source.cdc-events-duplicate (see module doc)
          "single_job": True,         # all tables in one Flink job (UNION ALL), else one job per table
@@ -246,19 +272,26 @@ def run(input_spec: dict) -> dict:
          "decimal_handling": "precise" | "string" | "double",   # Debezium decimal.handling.mode
          "timestamp_unit": "ms" | "us",                         # Debezium Timestamp / MicroTimestamp
          "jvm_args": "-Xmx2g",       # passed as JVM_ARGS to the gateway JVM
-         "work_dir": path,           # job file, log, figures and Arrow rows go here
+         "work_dir": path,           # the Iceberg catalog and warehouse; job files in <format>-p<N>/
+         "namespace": str,           # of the Iceberg tables (default "<format>_p<parallelism>")
+         "table_buckets": 0,         # 0: unpartitioned tables; n: bucket(n, first key column)
          "python": path,             # defaults to <repo>/.venv-flink/bin/python
          "timeout_s": 3600,
-         "return_rows": True}        # False: only "rows_paths"
+         "return_rows": True}        # False: no "rows" (the tables stay in the catalog)
 
-    Returns ``{"peer", "format", "events", "messages", "wall_s", "events_per_s",
-    "flink_job_events_per_s", "breakdown_s", "flink_jobs", "startup_s", "warmup_s",
-    "process_wall_s", "peak_rss_bytes", "parallelism", "tables": {per-table figures},
-    "rows": {table: [dict, ...]}, "rows_paths": {table: arrow file}, "notes", ...}`` (figures
-    explained in the module docstring).
-    Row values are Python values: int, float, str, bool, Decimal, bytes, ``datetime.date`` and
-    naive ``datetime.datetime`` (UTC).
+    Returns ``{"peer", "format", "parallelism", "parallelism_role", "events", "messages",
+    "wall_s", "flink_wall_s", "table_write_s", "leaves_table": True, "table_write_in",
+    "events_per_s", "flink_job_events_per_s", "breakdown_s", "flink_jobs", "startup_s",
+    "warmup_s", "process_wall_s", "peak_rss_bytes", "table": {"catalog", "namespace",
+    "identifiers", "partitioning", "format_version", "setup_s", "pyiceberg_version", "tables"},
+    "tables": {per-table figures}, "rows": {table: [dict, ...]}, "rows_from", "handoff_paths",
+    "notes", ...}``: seconds, bytes and events per second as named; the figures are explained in
+    the module docstring. ``rows`` are read from the Iceberg tables (pyiceberg scan), as Python
+    values: int, float, str, bool, Decimal, bytes, ``datetime.date``, ``datetime.datetime``
+    (naive for ``timestamp_ntz`` columns, UTC-aware for ``timestamp``).
     """
+    from bench.peers import iceberg_sink
+
     fmt = input_spec["format"]
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r} is not one of {FORMATS}")
@@ -268,7 +301,9 @@ def run(input_spec: dict) -> dict:
     python = Path(input_spec.get("python") or os.environ.get("FLINK_PEER_PYTHON") or DEFAULT_PYTHON)
     if not python.exists():
         raise FileNotFoundError(f"{python} is missing: create .venv-flink from bench/requirements-flink.txt")
-    work = Path(input_spec.get("work_dir") or tempfile.mkdtemp(prefix="flink-peer-"))
+    parallelism = int(input_spec.get("parallelism", DEFAULT_PARALLELISM))
+    base = Path(input_spec.get("work_dir") or tempfile.mkdtemp(prefix="flink-peer-")).resolve()
+    work = base / f"{fmt}-p{parallelism}"
     work.mkdir(parents=True, exist_ok=True)
 
     job_tables = {}
@@ -285,7 +320,7 @@ def run(input_spec: dict) -> dict:
             "schema_include": info["schema_include"], "tombstones": info["tombstones"],
             "other_ddl": info["other_ddl"], "events": info["events"],
         }
-    job = {"format": fmt, "tables": job_tables, "parallelism": int(input_spec.get("parallelism", 1)),
+    job = {"format": fmt, "tables": job_tables, "parallelism": parallelism,
            "warmup": bool(input_spec.get("warmup", True)), "normalize": bool(input_spec.get("normalize", True)),
            "single_job": bool(input_spec.get("single_job", True)),
            "session_cluster": bool(input_spec.get("session_cluster", True)),
@@ -295,320 +330,81 @@ def run(input_spec: dict) -> dict:
     if out_path.exists():
         out_path.unlink()
 
+    # the Iceberg tables, made before the job as a deployment has them (not timed)
+    catalog = iceberg_sink.open_catalog(base)
+    namespace = input_spec.get("namespace") or f"{fmt.replace('-', '_')}_p{parallelism}"
+    made = iceberg_sink.create_tables(catalog, namespace, tables, int(input_spec.get("table_buckets", 0)))
+
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env["FLINK_LOG_DIR"] = str(work / "flink-log")
     if input_spec.get("jvm_args"):
         env["JVM_ARGS"] = input_spec["jvm_args"]
-    cmd = [str(python), str(Path(__file__).resolve()), "--job", str(job_path), "--out", str(out_path)]
-    from bench.peers import run_child  # parent side only: the job process runs this file alone
+    cmd = [str(python), str(JOB_SCRIPT), "--job", str(job_path), "--out", str(out_path)]
+    from bench.peers import run_child
 
     rc, process_wall, peak = run_child(cmd, log_path, work, float(input_spec.get("timeout_s", 3600)), env=env)
     if rc != 0 or not out_path.exists():
         tail = log_path.read_text(errors="replace")[-4000:]
         raise RuntimeError(f"Flink peer failed (exit {rc}); log {log_path}:\n{tail}")
     res = json.loads(out_path.read_text())
+    handoff = {t: r["rows_path"] for t, r in res["tables"].items()}
 
-    wall = res["wall_s"]
+    # the timed table write, right after the Flink process returned
+    write = iceberg_sink.write_tables(catalog, made["identifiers"], handoff)
+
+    import pyiceberg
+
+    flink_wall, table_write = res["wall_s"], write["table_write_s"]
+    wall = flink_wall + table_write
     out = {
-        "peer": PEER, "format": fmt, "events": events, "messages": messages,
-        "events_declared": input_spec.get("events"),
-        "wall_s": wall, "events_per_s": events / wall if wall > 0 else None,
+        "peer": PEER, "format": fmt, "parallelism": parallelism,
+        "parallelism_role": input_spec.get("parallelism_role"),
+        "events": events, "messages": messages, "events_declared": input_spec.get("events"),
+        "wall_s": wall, "flink_wall_s": flink_wall, "table_write_s": table_write, "leaves_table": True,
+        "table_write_in": f"parent process (project venv, pyiceberg {pyiceberg.__version__}), right after the "
+                          "Flink process returned; timed and added to wall_s",
+        "events_per_s": events / wall if wall > 0 else None,
         "startup_s": res["startup_s"], "warmup_s": res["warmup_s"], "process_wall_s": process_wall,
-        "peak_rss_bytes": peak, "parallelism": job["parallelism"], "normalize": job["normalize"],
+        "peak_rss_bytes": peak, "normalize": job["normalize"],
         "single_job": job["single_job"], "session_cluster": job["session_cluster"],
         "flink_job_events_per_s": events / res["flink_job_s"] if res.get("flink_job_s") else None,
-        "breakdown_s": {k: res[k] for k in ("plan_s", "collect_s", "split_s", "decode_s", "flink_job_s") if k in res},
+        "breakdown_s": {**{k: res[k] for k in ("plan_s", "collect_s", "split_s", "decode_s", "flink_job_s") if k in res},
+                        "table_write_s": table_write},
         "flink_jobs": res.get("flink_jobs", []),
         "flink_version": res.get("flink_version"), "tables": res["tables"],
-        "rows_paths": {t: r["rows_path"] for t, r in res["tables"].items()},
-        "notes": res.get("notes", []), "log": str(log_path),
+        "table": {"catalog": iceberg_sink.catalog_info(base), "namespace": namespace,
+                  "identifiers": made["identifiers"], "partitioning": made["partitioning"], "format_version": 2,
+                  "setup_s": made["setup_s"], "pyiceberg_version": pyiceberg.__version__,
+                  "tables": write["tables"]},
+        "handoff_paths": handoff, "notes": _notes(job_tables), "log": str(log_path),
     }
     if input_spec.get("return_rows", True):
-        out["rows"] = {t: read_rows(p) for t, p in out["rows_paths"].items()}
+        out["rows"] = iceberg_sink.read_tables(catalog, made["identifiers"])
+        out["rows_from"] = "the Iceberg tables (pyiceberg scan of the committed snapshots)"
     return out
 
 
-def read_rows(path: str) -> list[dict]:
-    """Rows of an Arrow IPC file written by the job, as Python values."""
-    import pyarrow as pa
-
-    with pa.memory_map(path) as src:
-        table = pa.ipc.open_file(src).read_all()
-    return table.to_pylist()
-
-
-# ---------------------------------------------------------------------------------------------
-# the Flink side (runs in .venv-flink)
-
-
-def _source_ddl(name: str, t: dict, fmt: str, path: str, normalize: bool) -> str:
-    cols = [f"  {_q(c['name'])} {c['declared']}" for c in t["columns"]]
-    if t["primary_key"]:
-        cols.append(f"  PRIMARY KEY ({', '.join(_q(k) for k in t['primary_key'])}) NOT ENFORCED")
-    opts = {"connector": "filesystem", "path": path, "format": fmt}
-    if fmt == "debezium-json":
-        opts["debezium-json.schema-include"] = "true" if t["schema_include"] else "false"
-        if t["tombstones"]:
-            opts["debezium-json.ignore-parse-errors"] = "true"
-    elif t["other_ddl"]:
-        opts["canal-json.ignore-parse-errors"] = "true"
-    with_ = ",\n".join(f"  '{k}' = '{v}'" for k, v in opts.items())
-    return f"CREATE TEMPORARY TABLE {_q(name)} (\n" + ",\n".join(cols) + f"\n) WITH (\n{with_}\n)"
-
-
-def _select(name: str, t: dict) -> str:
-    return f"SELECT {', '.join(c['expr'] for c in t['columns'])} FROM {_q(name)}"
-
-
-def _slot(table: str, column: str) -> str:
-    return f"{table}__{column}"
-
-
-def _union_select(tables: dict) -> str:
-    """One query over all tables (one Flink job): ``UNION ALL`` of each table's rows in its own
-    column slots (``<table>__<column>``, NULL in the other tables' slots) plus a table tag."""
-    slots = [(name, c) for name, t in tables.items() for c in t["columns"]]
-    branches = []
-    for name, t in tables.items():
-        inner = _select(name, t)
-        cols = [f"'{name}' AS `__table`"]
-        for owner, c in slots:
-            slot = _q(_slot(owner, c["name"]))
-            cols.append(f"{_q(c['name'])} AS {slot}" if owner == name else f"CAST(NULL AS {c['result']}) AS {slot}")
-        branches.append(f"SELECT {', '.join(cols)} FROM ({inner})")
-    return "\nUNION ALL\n".join(branches)
-
-
-def _split_union(wide, tables: dict) -> dict:
-    """Per-table Arrow tables from the union query's result."""
-    import pyarrow.compute as pc
-
-    out = {}
-    tag = wide.column("__table")
-    for name, t in tables.items():
-        part = wide.filter(pc.equal(tag, name))
-        out[name] = part.select([_slot(name, c["name"]) for c in t["columns"]]).rename_columns(
-            [c["name"] for c in t["columns"]])
-    return out
-
-
-def _write_arrow(table, path: Path) -> str:
-    import pyarrow as pa
-
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    return str(path)
-
-
-def _collect_arrow(t_env, table):
-    """The final rows of a (changelog) table as a pyarrow Table: ``Table.to_pandas`` without pandas."""
-    import pyarrow as pa
-    import pytz
-    from pyflink.java_gateway import get_gateway
-    from pyflink.table.serializers import ArrowSerializer
-    from pyflink.table.types import create_arrow_schema
-
-    t_env._before_execute()
-    gateway = get_gateway()
-    j_table = table._j_table
-    max_batch = j_table.getTableEnvironment().getConfig().get(
-        gateway.jvm.org.apache.flink.python.PythonOptions.MAX_ARROW_BATCH_SIZE)
-    schema = table.get_schema()
-    arrow_schema = create_arrow_schema(schema.get_field_names(), schema.get_field_data_types())
-    batches = gateway.jvm.org.apache.flink.table.runtime.arrow.ArrowUtils.collectAsPandasDataFrame(j_table, max_batch)
-    if not batches.hasNext():
-        return pa.Table.from_batches([], arrow_schema)
-    serializer = ArrowSerializer(arrow_schema, schema.to_row_data_type(), pytz.timezone("UTC"))
-    return pa.Table.from_batches(serializer.load_from_iterator(batches))
-
-
-def _decode_decimals(table, columns: list[dict]):
-    """Turn BYTES columns holding Connect Decimal unscaled values into decimal128 columns."""
-    from decimal import Decimal
-
-    import pyarrow as pa
-
-    for c in columns:
-        if not c["post"]:
-            continue
-        _, p, s = c["post"]
-        i = table.schema.get_field_index(c["name"])
-        values = [None if b is None else Decimal(int.from_bytes(b, "big", signed=True)).scaleb(-s)
-                  for b in table.column(i).to_pylist()]
-        table = table.set_column(i, pa.field(c["name"], pa.decimal128(p, s)), pa.array(values, pa.decimal128(p, s)))
-    return table
-
-
-def _start_session_cluster(slots: int):
-    """Start a Flink MiniCluster inside the gateway JVM and settings that submit jobs to it.
-
-    PyFlink's default local execution starts and stops a new MiniCluster for every job (about
-    1-4 s each here, mostly loading the RPC system's classes again); a session cluster started
-    once, as a deployment would have, leaves only the job in the timed part."""
-    from pyflink.common import Configuration
-    from pyflink.java_gateway import get_gateway
-    from pyflink.table import EnvironmentSettings
-
-    jvm = get_gateway().jvm
-    jconf = jvm.org.apache.flink.configuration.Configuration()
-    for k, v in (("rest.bind-address", "127.0.0.1"), ("rest.address", "127.0.0.1"), ("rest.bind-port", "0")):
-        jconf.setString(k, v)
-    mc_conf = (jvm.org.apache.flink.runtime.minicluster.MiniClusterConfiguration.Builder()
-               .setConfiguration(jconf).setNumTaskManagers(1).setNumSlotsPerTaskManager(slots).build())
-    cluster = jvm.org.apache.flink.runtime.minicluster.MiniCluster(mc_conf)
-    cluster.start()
-    uri = cluster.getRestAddress().get()
-    conf = Configuration()
-    conf.set_string("execution.target", "remote")
-    conf.set_string("rest.address", uri.getHost())
-    conf.set_string("rest.port", str(uri.getPort()))
-    return cluster, EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(conf).build()
-
-
-def _last_job_times(cluster) -> Optional[dict]:
-    """Flink's own timestamps of the most recent job on the session cluster: seconds from
-    submission (CREATED) to RUNNING and to FINISHED."""
-    from pyflink.java_gateway import get_gateway
-
-    if cluster is None:
-        return None
-    jvm = get_gateway().jvm
-    jobs = list(cluster.listJobs().get())
-    if not jobs:
-        return None
-    last = max(jobs, key=lambda j: j.getStartTime())
-    graph = cluster.getExecutionGraph(last.getJobId()).get()
-    status = jvm.org.apache.flink.api.common.JobStatus
-    created, running, finished = (graph.getStatusTimestamp(getattr(status, s)) for s in ("CREATED", "RUNNING", "FINISHED"))
-    return {"job_id": last.getJobId().toString(), "state": graph.getState().toString(),
-            "created_ms": created, "finished_ms": finished,
-            "to_running_s": (running - created) / 1000 if running else None,
-            "duration_s": (finished - created) / 1000 if finished else None}
-
-
-def _client_side(times: Optional[dict], started: float, returned: float) -> Optional[dict]:
-    """Add the client's share around a job: optimizing, translating and submitting before Flink
-    created the job, and fetching the last results after it finished."""
-    if times and times.get("created_ms") and times.get("finished_ms"):
-        times["before_job_s"] = times["created_ms"] / 1000 - started
-        times["after_job_s"] = returned - times["finished_ms"] / 1000
-    return times
-
-
-def _job(job: dict) -> dict:
-    t_start = time.perf_counter()
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
-    fmt, out_dir = job["format"], Path(job["out_dir"])
-    cluster = None
-    if job.get("session_cluster", True):
-        cluster, settings = _start_session_cluster(max(2, job["parallelism"]))
-    else:
-        settings = EnvironmentSettings.in_streaming_mode()
-    t_env = TableEnvironment.create(settings)
-    conf = t_env.get_config()
-    conf.set("parallelism.default", str(job["parallelism"]))
-    conf.set("table.local-time-zone", "UTC")
-    conf.set("table.exec.source.cdc-events-duplicate", "true" if job["normalize"] else "false")
-    conf.set("table.exec.resource.default-parallelism", str(job["parallelism"]))
-    startup = time.perf_counter() - t_start
-    try:
-        from importlib.metadata import version
-
-        flink_version = version("apache-flink")
-    except Exception:  # noqa: BLE001
-        flink_version = None
-
-    warmup = 0.0
-    if job["warmup"]:
-        t0 = time.perf_counter()
-        name, t = next(iter(job["tables"].items()))
-        sample = out_dir / "warmup.jsonl"
-        with open(t["path"], "rb") as src, open(sample, "wb") as dst:
-            for i, line in enumerate(src):
-                if i >= 200:
-                    break
-                dst.write(line)
-        t_env.execute_sql(_source_ddl("warmup_src", t, fmt, str(sample), job["normalize"]))
-        _decode_decimals(_collect_arrow(t_env, t_env.sql_query(_select("warmup_src", t))), t["columns"])
-        t_env.execute_sql("DROP TEMPORARY TABLE warmup_src")
-        warmup = time.perf_counter() - t0
-
-    figures: dict[str, dict] = {}
-    plans: dict[str, str] = {}
-    if job.get("single_job", True):
-        t0 = time.perf_counter()
-        for name, t in job["tables"].items():
-            t_env.execute_sql(_source_ddl(name, t, fmt, t["path"], job["normalize"]))
-        query = t_env.sql_query(_union_select(job["tables"]))
-        t1, e1 = time.perf_counter(), time.time()
-        wide = _collect_arrow(t_env, query)
-        t2, e2 = time.perf_counter(), time.time()
-        flink_jobs = [_last_job_times(cluster)]
-        _client_side(flink_jobs[0], e1, e2)
-        results = _split_union(wide, job["tables"])
-        t3 = time.perf_counter()
-        for name, t in job["tables"].items():
-            results[name] = _decode_decimals(results[name], t["columns"])
-        t4 = time.perf_counter()
-        plans["all tables"] = query.explain()
-        for name, t in job["tables"].items():
-            figures[name] = {"rows": results[name].num_rows, "events": t["events"],
-                             "rows_path": _write_arrow(results[name], out_dir / f"{name}.arrow")}
-        timing = {"plan_s": t1 - t0, "collect_s": t2 - t1, "split_s": t3 - t2, "decode_s": t4 - t3, "wall_s": t4 - t0}
-    else:
-        flink_jobs = []
-        for name, t in job["tables"].items():
-            t0 = time.perf_counter()
-            t_env.execute_sql(_source_ddl(name, t, fmt, t["path"], job["normalize"]))
-            query = t_env.sql_query(_select(name, t))
-            t1, e1 = time.perf_counter(), time.time()
-            rows = _collect_arrow(t_env, query)
-            t2, e2 = time.perf_counter(), time.time()
-            flink_jobs.append(_client_side(_last_job_times(cluster), e1, e2))
-            rows = _decode_decimals(rows, t["columns"])
-            t3 = time.perf_counter()
-            figures[name] = {"rows": rows.num_rows, "events": t["events"], "plan_s": t1 - t0, "collect_s": t2 - t1,
-                             "decode_s": t3 - t2, "job_s": t3 - t0,
-                             "rows_path": _write_arrow(rows, out_dir / f"{name}.arrow")}
-            plans[name] = query.explain()
-        timing = {k: sum(f[k] for f in figures.values()) for k in ("plan_s", "collect_s", "decode_s")}
-        timing["wall_s"] = sum(f["job_s"] for f in figures.values())
-    if cluster is not None:
-        cluster.close()
-    (out_dir / "plans.txt").write_text("\n\n".join(f"-- {n}\n{p}" for n, p in plans.items()))
+def _notes(job_tables: dict) -> list[str]:
+    """What the job does to each column that Flink's format does not read as its type."""
     notes = []
-    for name, t in job["tables"].items():
+    for name, t in job_tables.items():
         for c in t["columns"]:
             if c["post"]:
                 notes.append(f"{name}.{c['name']}: Connect Decimal read as BYTES, decoded after collection")
             elif c["declared"] != column_type(c["type"])["flink"]:
                 notes.append(f"{name}.{c['name']}: declared {c['declared']}, converted in SQL")
-    flink_jobs = [j for j in flink_jobs if j]
-    if flink_jobs and all(j["duration_s"] is not None for j in flink_jobs):
-        timing["flink_job_s"] = sum(j["duration_s"] for j in flink_jobs)
-    return {"flink_version": flink_version, "startup_s": startup, "warmup_s": warmup, **timing, "flink_jobs": flink_jobs,
-            "single_job": bool(job.get("single_job", True)), "tables": figures, "notes": notes}
+    return notes
 
 
 def _main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--job", help="job file (Flink side, inside .venv-flink)")
-    ap.add_argument("--out", help="where the Flink side writes its figures (JSON)")
-    ap.add_argument("--spec", help="input_spec JSON file: run the peer and print its figures (any venv)")
+    ap.add_argument("--spec", required=True, help="input_spec JSON file: run the peer and print its figures")
     args = ap.parse_args(argv)
-    if args.job:
-        res = _job(json.loads(Path(args.job).read_text()))
-        Path(args.out).write_text(json.dumps(res, indent=1))
-        return 0
-    if args.spec:
-        spec = json.loads(Path(args.spec).read_text())
-        spec["return_rows"] = False
-        res: Any = run(spec)
-        print(json.dumps(res, indent=1, default=str))
-        return 0
-    ap.error("one of --job or --spec is required")
-    return 2
+    spec = json.loads(Path(args.spec).read_text())
+    spec["return_rows"] = False
+    res: Any = run(spec)
+    print(json.dumps(res, indent=1, default=str))
+    return 0
 
 
 if __name__ == "__main__":
