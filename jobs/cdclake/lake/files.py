@@ -50,12 +50,17 @@ class HourTable:
     its metadata as JSON (``metadata_json``: the current schema, partition spec, properties and
     location, as the driver loaded them), ``order``: columns each row group's rows are sorted by,
     and ``plain``: columns written without dictionary encoding (values that seldom repeat, such as
-    raw keys and values: a dictionary tried and dropped for every page costs more than it saves)."""
+    raw keys and values: a dictionary tried and dropped for every page costs more than it saves),
+    and ``compressed_groups``: row groups sized in Parquet bytes, as Iceberg's
+    ``write.parquet.row-group-size-bytes`` means them, rather than in Arrow bytes (bronze, whose
+    readers skip row groups by their statistics, wants few large sorted ones; raw, which normalize
+    deals out to its tasks by row group, many small ones)."""
 
     name: str
     metadata_json: str
     order: tuple[str, ...] = ()
     plain: tuple[str, ...] = ()
+    compressed_groups: bool = False
 
     @cached_property
     def metadata(self):
@@ -133,7 +138,8 @@ class HourFileWriter:
     holding its columns (by name; others are ignored, missing ones are null), :meth:`close`
     returns the pyiceberg ``DataFile`` of every file written. One file per ``(kafka_topic,
     landed_hour)`` partition, more when it is written again after :data:`MAX_OPEN_FILES` others;
-    row groups of about ``table.row_group_bytes`` (Arrow bytes), each sorted by
+    row groups of about ``table.row_group_bytes`` Arrow bytes (Parquet bytes, as Iceberg's
+    property means them, for a table of ``compressed_groups``), each sorted by
     ``table.order``. Files are placed and named as pyiceberg's writer places them (its location
     provider: ``<location>/data/kafka_topic=<topic>/landed_hour_hour=<yyyy-mm-dd-hh>/...``)."""
 
@@ -143,6 +149,8 @@ class HourFileWriter:
         self._open: dict[tuple[str, int], None] = {}  # insertion order: least recently written first
         self._done: list = []
         self._bytes = 0
+        self._arrow_written = 0  # Arrow bytes written, and the Parquet bytes they became
+        self._parquet_written = 0
 
     def add(self, batch) -> None:
         """Buffer the rows of ``batch`` (a pyarrow ``RecordBatch`` or ``Table``), by partition."""
@@ -184,7 +192,7 @@ class HourFileWriter:
         size = rows.nbytes
         f.buffered_bytes += size
         self._bytes += size
-        if f.buffered_bytes >= self.table.row_group_bytes:
+        if f.buffered_bytes >= self._group_arrow_bytes():
             self._flush(f)
 
     def _flush(self, f: _File) -> None:
@@ -201,12 +209,24 @@ class HourFileWriter:
         if f.writer is None:
             self._start(f)
         # a buffer past the size (one large batch) is cut into row groups of about the size
-        per_group = max(1, -(-rows.num_rows * self.table.row_group_bytes // max(1, rows.nbytes)))
+        per_group = max(1, -(-rows.num_rows * self._group_arrow_bytes() // max(1, rows.nbytes)))
+        before = f.sink.tell()
         f.writer.write_table(rows, row_group_size=min(rows.num_rows, per_group))
+        self._arrow_written += rows.nbytes
+        self._parquet_written += f.sink.tell() - before
         self._open.pop(f.key, None)
         self._open[f.key] = None
         while len(self._open) > MAX_OPEN_FILES:
             self._finish(self._files[next(iter(self._open))])
+
+    def _group_arrow_bytes(self) -> int:
+        """Arrow bytes of a row group: ``table.row_group_bytes``; for a table of
+        ``compressed_groups``, as many as make that many Parquet bytes by the compression of the
+        rows this writer wrote so far (none yet: as many Arrow bytes), at most :data:`TASK_BUFFER_BYTES`."""
+        if not self.table.compressed_groups or self._parquet_written <= 0:
+            return self.table.row_group_bytes
+        ratio = self._arrow_written / self._parquet_written
+        return int(min(TASK_BUFFER_BYTES, max(1, self.table.row_group_bytes * max(1.0, ratio))))
 
     def _start(self, f: _File) -> None:
         import pyarrow.parquet as pq

@@ -93,7 +93,8 @@ def stage_replace(tx, old: list, new: list, properties: dict) -> None:
             update.append_data_file(f)
 
 
-def hour_table(cfg: PipelineConfig, name: str, order: tuple[str, ...] = (), plain: tuple[str, ...] = ()) -> HourTable:
+def hour_table(cfg: PipelineConfig, name: str, order: tuple[str, ...] = (), plain: tuple[str, ...] = (),
+               compressed_groups: bool = False) -> HourTable:
     """:class:`HourTable` ``name`` of the pipeline's catalog, loaded now (the driver). It must be
     partitioned by ``kafka_topic`` and ``hours(landed_hour)``: anything else raises ValueError."""
     table = _load(cfg, name)
@@ -101,7 +102,7 @@ def hour_table(cfg: PipelineConfig, name: str, order: tuple[str, ...] = (), plai
     if [str(f.transform) for f in spec.fields] != ["identity", "hour"] or [
             table.schema().find_column_name(f.source_id) for f in spec.fields] != ["kafka_topic", "landed_hour"]:
         raise ValueError(f"{name}: partition spec {spec} is not (kafka_topic, hours(landed_hour))")
-    return HourTable(name, table.metadata.model_dump_json(), tuple(order), tuple(plain))
+    return HourTable(name, table.metadata.model_dump_json(), tuple(order), tuple(plain), compressed_groups)
 
 
 def _load(cfg: PipelineConfig, name: str, cat=None):

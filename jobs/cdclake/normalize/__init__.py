@@ -94,7 +94,7 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     arrow_schema = tagged_arrow_schema()
     max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth
     tables = {k: hour_table(cfg, name, order=BRONZE_WRITE_ORDER if k == "change" else (),
-                            plain=("key", "value") if k == "quarantine" else ())
+                            plain=("key", "value") if k == "quarantine" else (), compressed_groups=k == "change")
               for k, (name, _schema) in zip(KINDS, BRONZE_TABLES)}
     columns = RAW_SCHEMA.names
 
