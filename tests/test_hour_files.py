@@ -141,3 +141,44 @@ def _plain(x):
     if isinstance(x, dt.datetime):
         return x if x.tzinfo else x.replace(tzinfo=UTC)
     return x
+
+
+def test_a_window_commit_waits_for_a_locked_catalog_then_commits_once(spark, caplog, monkeypatch):
+    """The catalog database taken exclusively by another connection for 2.5 s (more than one
+    attempt's busy wait) after the table was loaded and its window's files found, before the
+    commit: :func:`commit_hours` retries the whole attempt, then commits the window once."""
+    import logging
+    import sqlite3
+    import threading
+
+    from conftest import STATE
+
+    import pyiceberg.catalog.sql  # noqa: F401  (imported before the lock: the attempts start at once)
+
+    from cdclake.lake import hours
+
+    cfg = load_pipeline(write_pipeline(f"hourlock_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
+    ensure_raw_tables(spark, cfg)
+    topic = f"hf.lock.{uuid.uuid4().hex[:6]}"
+    rows = _raw_rows(topic, H0, 12)
+    files = write_local(hour_table(cfg, RAW_TABLE), [_batch(rows)])
+    found, timers = hours.window_files, []
+
+    def then_lock(*args):
+        out = found(*args)
+        if not timers:  # the first attempt: the lock comes between the files found and the commit
+            con = sqlite3.connect(STATE / "catalog.db", isolation_level=None, check_same_thread=False)
+            con.execute("BEGIN EXCLUSIVE")
+            timers.append(threading.Timer(2.5, lambda: (con.execute("ROLLBACK"), con.close())))
+            timers[0].start()
+        return out
+
+    monkeypatch.setattr(hours, "window_files", then_lock)
+    try:
+        with caplog.at_level(logging.INFO):
+            commit_hours(cfg, RAW_TABLE, Window(H0, H0 + dt.timedelta(hours=1)), [topic], files, "test")
+    finally:
+        for t in timers:
+            t.join()
+    assert timers and any("is locked; retry" in r.getMessage() for r in caplog.records)
+    assert _read(spark, cfg, [topic]) == sorted(rows)

@@ -239,17 +239,23 @@ def commit_hours(cfg: PipelineConfig, name: str, window: Window, topics: list[st
     """Replace the rows of ``topics`` in ``window``'s hours of hour table ``name`` by the data files
     ``files`` (pyiceberg ``DataFile`` s written by :class:`HourFileWriter`), in one snapshot (an
     overwrite; an append when nothing is replaced; nothing when there is neither), ``what`` as its
-    ``cdc.operation``. Fails (pyiceberg's ``CommitFailedException``) when another commit came to
-    the table after it was loaded. Returns the data files replaced."""
+    ``cdc.operation``. The table is loaded, its window's files found and the snapshot committed
+    again while the catalog database is locked (:func:`cdclake.catalog.with_retries`: a locked
+    commit wrote nothing; raises :class:`cdclake.errors.CatalogLocked` past the budget). Fails
+    (pyiceberg's ``CommitFailedException``) when another commit came to the table after it was
+    loaded. Returns the data files replaced."""
     cat = pyiceberg_catalog(cfg.catalog)
-    try:
+
+    def commit() -> list:
         table = _load(cfg, name, cat)
         old = window_files(table, window, topics)
-        if not old and not files:
-            return 0
-        props = {"cdc.operation": what, "cdc.window": str(window)}
-        with transaction(table) as tx:
-            stage_replace(tx, old, files, props)
+        if old or files:
+            with transaction(table) as tx:
+                stage_replace(tx, old, files, {"cdc.operation": what, "cdc.window": str(window)})
+        return old
+
+    try:
+        old = with_retries(commit, cfg.catalog, f"committing {name} for {window}")
     finally:
         cat.engine.dispose()
     log.info("%s: %d data files committed for %s (%d topics), %d replaced", name, len(files), window, len(topics),
