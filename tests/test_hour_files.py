@@ -182,3 +182,18 @@ def test_a_window_commit_waits_for_a_locked_catalog_then_commits_once(spark, cap
             t.join()
     assert timers and any("is locked; retry" in r.getMessage() for r in caplog.records)
     assert _read(spark, cfg, [topic]) == sorted(rows)
+
+
+def test_a_file_closed_to_open_another_keeps_the_rows_it_still_buffered(spark, monkeypatch):
+    """One file open at a time: a partition written once (a row group), then given a few rows
+    too few for a row group, then closed because another partition's file opens: those buffered
+    rows are in its file, as every other row is."""
+    cfg = load_pipeline(write_pipeline(f"hourbuf_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
+    ensure_raw_tables(spark, cfg)
+    table = hour_table(cfg, RAW_TABLE)
+    table.__dict__["row_group_bytes"] = 300
+    monkeypatch.setattr(lake_files, "MAX_OPEN_FILES", 1)
+    a, b = _raw_rows("buf.a", H0, 19), _raw_rows("buf.b", H0, 17)
+    files = write_local(table, [_batch(a[:17]), _batch(a[17:]), _batch(b)])
+    assert sum(f.record_count for f in files) == len(a) + len(b)
+    assert sum(f.record_count for f in files if f.partition[0] == "buf.a") == len(a)

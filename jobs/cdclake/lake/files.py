@@ -196,11 +196,20 @@ class HourFileWriter:
             self._flush(f)
 
     def _flush(self, f: _File) -> None:
-        """Write ``f``'s buffered rows as one row group (opening its file)."""
-        import pyarrow as pa
-
+        """Write ``f``'s buffered rows as one row group (opening its file); past
+        :data:`MAX_OPEN_FILES` open files, finish the least recently written."""
         if not f.buffered:
             return
+        self._write_group(f)
+        self._open.pop(f.key, None)
+        self._open[f.key] = None
+        while len(self._open) > MAX_OPEN_FILES:
+            self._finish(self._files[next(iter(self._open))])
+
+    def _write_group(self, f: _File) -> None:
+        """Write ``f``'s buffered rows (sorted by ``table.order``) as row groups of its file."""
+        import pyarrow as pa
+
         rows = pa.concat_tables(f.buffered)
         if self.table.order:
             rows = rows.sort_by([(c, "ascending") for c in self.table.order])
@@ -214,10 +223,6 @@ class HourFileWriter:
         f.writer.write_table(rows, row_group_size=min(rows.num_rows, per_group))
         self._arrow_written += rows.nbytes
         self._parquet_written += f.sink.tell() - before
-        self._open.pop(f.key, None)
-        self._open[f.key] = None
-        while len(self._open) > MAX_OPEN_FILES:
-            self._finish(self._files[next(iter(self._open))])
 
     def _group_arrow_bytes(self) -> int:
         """Arrow bytes of a row group: ``table.row_group_bytes``; for a table of
@@ -245,12 +250,15 @@ class HourFileWriter:
                                     **self.table.writer_options)
 
     def _finish(self, f: _File) -> None:
-        """Close ``f``'s file and keep its ``DataFile``; its partition starts a new file when written again."""
+        """Write ``f``'s buffered rows, close its file and keep its ``DataFile``; its partition
+        starts a new file when written again."""
         from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
         from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
         self._open.pop(f.key, None)
         self._files.pop(f.key, None)
+        if f.buffered:
+            self._write_group(f)
         if f.writer is None:
             return
         meta = self.table.metadata
@@ -266,10 +274,6 @@ class HourFileWriter:
 
     def close(self) -> list:
         """Write every buffered row, close every file; the pyiceberg ``DataFile`` s written."""
-        for f in list(self._files.values()):
-            self._flush(f)
-        for key in list(self._open):
-            self._finish(self._files[key])
         for f in list(self._files.values()):
             self._finish(f)
         done, self._done = self._done, []
