@@ -101,9 +101,9 @@ def test_the_report_is_capped_per_partition(caplog):
     for off in range(FUTURE_SAMPLES + 5):
         future.add(off, h + AHEAD_MS, 10_800.0, h)
     assert future.count == FUTURE_SAMPLES + 5 and len(future.samples) == FUTURE_SAMPLES
-    report = ("t", 3, future.count, list(future.samples))
+    report = ("t", 3, 0, future.count, list(future.samples))
     with caplog.at_level(logging.WARNING, logger="cdclake.land"):
-        assert report_future([report, report, ("u", 0, 1, [(7, h + AHEAD_MS, 10_801.4, h)])], 300.0) == {
+        assert report_future([report, report, ("u", 0, 4, 1, [(7, h + AHEAD_MS, 10_801.4, h)])], 300.0) == {
             ("t", 3): FUTURE_SAMPLES + 5, ("u", 0): 1}
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == FUTURE_SAMPLES + 1 + 2

@@ -114,7 +114,10 @@ class Piece:
     whose running maximum timestamp is earlier). ``stop``: offset to stop before; None for an open
     segment (stop at the first record stamped at or after the last hour's end, a future-stamped one
     excepted, or at the end of the log). ``fixed``: a rerun of one ledger range; every record read
-    gets ``hours[0]``.
+    gets ``hours[0]``. ``bounded``: a share of a one-hour segment that a reading task reads beside
+    others (:func:`cdclake.kafka_read.split_plans`), cut where the hour was expected to end or
+    before; a record in it that ends the hour (stamped at or after its end, not future-stamped)
+    ends the share as *overrun* (:attr:`PieceScan.overrun`): the hour is then read again uncut.
     """
 
     topic: str
@@ -123,6 +126,7 @@ class Piece:
     start: Optional[int]
     stop: Optional[int]
     fixed: bool = False
+    bounded: bool = False
 
 
 def plan_partition(topic: str, partition: int, hours_ms: list[int], landed: dict[int, tuple[int, int]],
@@ -248,11 +252,111 @@ class FutureStamped:
             self.samples.append((offset, timestamp_ms, skew_s, hour_ms))
 
 
+class PieceScan:
+    """The ledger's rule applied to one piece's records as they arrive, in offset order: which hour
+    each record lands in, where the piece ends, and its ledger ranges (see module docstring).
+
+    ``start``: the first offset read (``piece.start``, or for a first landing where
+    ``offsets_for_times`` of the first hour points, or the end of the log when it points nowhere;
+    at most ``piece.stop``). ``max_future_skew_s``, ``future`` and ``clock`` as in
+    :func:`scan_piece`. Feed each record with :meth:`feed` and the end of the log with
+    :meth:`at_end`; once :attr:`done`, :meth:`ranges` gives one range per hour of the piece, empty
+    hours included. Pure: no Kafka.
+    """
+
+    def __init__(self, piece: Piece, start: int, max_future_skew_s: Optional[float] = None,
+                 future: Optional[FutureStamped] = None, clock: Callable[[], float] = time.time):
+        self.piece, self.future, self.clock = piece, future, clock
+        self.skew_ms = None if max_future_skew_s is None else max_future_skew_s * 1000
+        self.read_ms = clock() * 1000
+        # a record stamped after this is future-stamped once the clock, read again, agrees
+        self.limit = float("inf") if self.skew_ms is None else self.read_ms + self.skew_ms
+        self.first_hour, self.last_hour = piece.hours[0], piece.hours[-1]
+        self.end_ms = self.last_hour + HOUR_MS
+        self.skip_early = piece.start is None
+        self.start = start
+        self.landed_from: Optional[int] = None if self.skip_early else start
+        self.end = start if piece.stop is None else piece.stop
+        self.first: dict[int, int] = {}
+        self.counts: dict[int, int] = {}
+        self.run_max = -1
+        #: True once the piece has ended; from the start when there is nothing to read
+        self.done = not (piece.stop is None or start < piece.stop)
+        #: True when a ``bounded`` piece met the end of its hour before its stop (its ranges are void)
+        self.overrun = False
+
+    def feed(self, offset: int, timestamp_ms: int) -> Optional[int]:
+        """The landed hour (epoch ms) of the record at ``offset`` stamped ``timestamp_ms``, or None:
+        not landed, either stamped before a first landing's hour (skipped) or, when :attr:`done`
+        is now True, past the piece's end (the record is the next piece's)."""
+        piece = self.piece
+        if piece.stop is not None and offset >= piece.stop:
+            self.done = True
+            return None
+        ahead = False
+        if timestamp_ms > self.limit:
+            self.read_ms = self.clock() * 1000
+            self.limit = self.read_ms + self.skew_ms
+            ahead = timestamp_ms > self.limit
+        if timestamp_ms > self.run_max and not ahead:
+            self.run_max = timestamp_ms
+        run_max = self.run_max
+        if piece.fixed:
+            hour = self.first_hour
+        else:
+            if run_max >= self.end_ms:
+                if piece.bounded:  # the hour ends before the share's stop: it cannot say where
+                    self.end, self.done, self.overrun = offset, True, True
+                    return None
+                if piece.stop is None:
+                    self.end, self.done = offset, True
+                    return None
+            if self.skip_early and run_max < self.first_hour:
+                return None  # stamped before the partition's first landed hour: not the pipeline's
+            hour = min(max(run_max - run_max % HOUR_MS, self.first_hour), self.last_hour)
+        if self.landed_from is None:
+            self.landed_from = offset
+        if hour not in self.first:
+            self.first[hour] = offset
+        self.counts[hour] = self.counts.get(hour, 0) + 1
+        if ahead and self.future is not None:
+            self.future.add(offset, timestamp_ms, (timestamp_ms - self.read_ms) / 1000, hour)
+        return hour
+
+    def at_end(self, offset: int) -> None:
+        """The log ends at ``offset`` (the next offset to be written): the piece ends there, or at
+        its stop when it has one."""
+        self.end = offset if self.piece.stop is None else self.piece.stop
+        self.done = True
+
+    def ranges(self) -> list[OffsetRange]:
+        """The piece's ledger ranges over what was read, one per hour (:func:`_piece_ranges`)."""
+        landed_from = self.end if self.landed_from is None else self.landed_from  # a first landing found nothing
+        return _piece_ranges(self.piece, landed_from, self.end, self.first, self.counts)
+
+
+def piece_start(cons, piece: Piece, timeout_s: float, first_landing: Optional[int] = None) -> int:
+    """Where ``piece`` starts reading: its start, or for a first landing ``first_landing`` (the
+    offset ``offsets_for_times`` gave for its first hour; looked up when not given) or, when no
+    record is stamped at or after that hour, the end of the log; never after the piece's stop."""
+    start = piece.start
+    if start is None:
+        start = first_landing if first_landing is not None else _first_landing_start(cons, piece, timeout_s)
+        if start is None:
+            start = _log_end(cons, piece.topic, piece.partition, timeout_s)
+        if piece.stop is not None:
+            start = min(start, piece.stop)
+    return start
+
+
 def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float = 30.0,
                max_future_skew_s: Optional[float] = None, future: Optional[FutureStamped] = None,
-               clock: Callable[[], float] = time.time) -> Iterator[tuple[object, int]]:
+               clock: Callable[[], float] = time.time, overrun: Optional[list] = None) -> Iterator[tuple[object, int]]:
     """Yield ``(message, landed_hour_ms)`` for the records ``piece`` lands, in offset order, then
-    append the piece's ledger ranges (one per hour, empty ones included) to ``ranges``.
+    append the piece's ledger ranges (one per hour, empty ones included) to ``ranges`` (and True
+    to ``overrun`` when given and a ``bounded`` piece overran, :class:`Piece`): one
+    partition read alone (:class:`PieceScan` decides; the reference of the reading tasks, which
+    read many partitions at once, :func:`cdclake.kafka_read.read_partitions`).
 
     ``cons`` is a consumer of :func:`consumer` (reassigned here). ``max_future_skew_s``: a record
     stamped more than this many seconds after ``clock()`` (epoch seconds, read when the record is
@@ -265,65 +369,23 @@ def scan_piece(cons, piece: Piece, ranges: list[OffsetRange], timeout_s: float =
     Raises :class:`KafkaUnavailable` when no record and no end-of-log arrive for ``timeout_s``
     seconds, or the broker reports an error for the partition.
     """
-    where = f"{piece.topic}[{piece.partition}]"
-    skew_ms = None if max_future_skew_s is None else max_future_skew_s * 1000
-    read_ms = clock() * 1000
-    # a record stamped after this is future-stamped once the clock, read again, agrees
-    limit = float("inf") if skew_ms is None else read_ms + skew_ms
-    first_hour, last_hour = piece.hours[0], piece.hours[-1]
-    end_ms = last_hour + HOUR_MS
-    skip_early = piece.start is None
-    start = piece.start
-    if skip_early:
-        start = _first_landing_start(cons, piece, timeout_s)
-        if start is None:
-            start = _log_end(cons, piece.topic, piece.partition, timeout_s)
-        if piece.stop is not None:
-            start = min(start, piece.stop)
-    first: dict[int, int] = {}
-    counts: dict[int, int] = {}
-    landed_from: Optional[int] = None if skip_early else start
-    end = start if piece.stop is None else piece.stop
-    if piece.stop is None or start < piece.stop:
-        _assign(cons, piece.topic, piece.partition, start)
-        run_max = -1
-        for m in _consume(cons, where, timeout_s):
+    scan = PieceScan(piece, piece_start(cons, piece, timeout_s), max_future_skew_s, future, clock)
+    if not scan.done:
+        _assign(cons, piece.topic, piece.partition, scan.start)
+        for m in _consume(cons, f"{piece.topic}[{piece.partition}]", timeout_s):
             if m.partition() != piece.partition or m.topic() != piece.topic:
                 continue  # of a partition the consumer read before (dropped by librdkafka on assign)
-            off = m.offset()
             if m.error() is not None:  # end of the log
-                end = off if piece.stop is None else piece.stop
+                scan.at_end(m.offset())
                 break
-            if piece.stop is not None and off >= piece.stop:
+            hour = scan.feed(m.offset(), m.timestamp()[1])
+            if scan.done:
                 break
-            ts = m.timestamp()[1]
-            ahead = False
-            if ts > limit:
-                read_ms = clock() * 1000
-                limit = read_ms + skew_ms
-                ahead = ts > limit
-            if ts > run_max and not ahead:
-                run_max = ts
-            if piece.fixed:
-                hour = first_hour
-            else:
-                if piece.stop is None and run_max >= end_ms:
-                    end = off
-                    break
-                if skip_early and run_max < first_hour:
-                    continue  # stamped before the partition's first landed hour: not the pipeline's
-                hour = min(max(run_max - run_max % HOUR_MS, first_hour), last_hour)
-            if landed_from is None:
-                landed_from = off
-            if hour not in first:
-                first[hour] = off
-            counts[hour] = counts.get(hour, 0) + 1
-            if ahead and future is not None:
-                future.add(off, ts, (ts - read_ms) / 1000, hour)
-            yield m, hour
-    if landed_from is None:  # a first landing that found nothing: the range is empty, at its end
-        landed_from = end
-    ranges.extend(_piece_ranges(piece, landed_from, end, first, counts))
+            if hour is not None:
+                yield m, hour
+    ranges.extend(scan.ranges())
+    if scan.overrun and overrun is not None:
+        overrun.append(True)
 
 
 #: Partitions :func:`observe_ranges` reads at once, each with its own consumer.

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Optional
 
 from cdclake import kafka_ranges, kafka_read
 from cdclake.config import PipelineConfig
-from cdclake.errors import LandingShrinks, task_error
+from cdclake.errors import LandingShrinks
 from cdclake.faults import kill_point
 from cdclake.kafka_ranges import FutureStamped, OffsetRange, Piece
 from cdclake.lake import (FILES_DDL, MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, HourFileWriter,
@@ -138,45 +138,63 @@ def _ledger_bounds(ledger, window: Window) -> dict[tuple[str, int], tuple[Option
 
 
 def _ledger_rows(reported: list[tuple], plans: dict[tuple[str, int], list[Piece]]) -> list[OffsetRange]:
-    """The ranges the reading tasks reported, one per planned partition and hour.
+    """The ranges the reading tasks reported, merged into one per planned partition and hour.
 
-    A task re-run by Spark reports its ranges again: identical reports are one; differing ones
-    (the log moved between two reads) raise RuntimeError, as the raw rows may not match them.
+    ``reported``: ``(topic, partition, hour_ms, start, end, records)`` per share of a partition's
+    hour (:func:`cdclake.kafka_read.split_plans`; one share when it was not cut). A task re-run by
+    Spark reports its ranges again: identical reports are one; differing ones (the log moved
+    between two reads) raise RuntimeError, as the raw rows may not match them. The shares of an
+    hour must tile it, each starting where the one before it ends (RuntimeError otherwise); the
+    merged range runs from the first's start to the last's end, with their records added up.
     """
-    found: dict[tuple, OffsetRange] = {}
+    found: dict[tuple, tuple] = {}
     for t, p, h, s, e, n in reported:
-        r = OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), s, e, n)
-        if found.setdefault((t, p, h), r) != r:
-            raise RuntimeError(f"{t}[{p}] hour {r.hour.isoformat()} was read twice with different offset "
-                               f"ranges ({found[(t, p, h)]} and {r}); run the window again")
+        if found.setdefault((t, p, h, s), (e, n)) != (e, n):
+            hour = dt.datetime.fromtimestamp(h / 1000, UTC).isoformat()
+            raise RuntimeError(f"{t}[{p}] hour {hour} was read twice with different offset ranges from {s} "
+                               f"({found[(t, p, h, s)]} and {(e, n)}, end and records); run the window again")
+    merged: dict[tuple, OffsetRange] = {}
+    for (t, p, h, s), (e, n) in sorted(found.items()):
+        r = merged.get((t, p, h))
+        if r is not None and r.end != s:
+            raise RuntimeError(f"{t}[{p}] hour {r.hour.isoformat()}: its shares do not tile its range "
+                               f"(one ends at {r.end}, the next starts at {s}); run the window again")
+        merged[(t, p, h)] = OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), s if r is None else r.start, e,
+                                        n + (0 if r is None else r.records))
     want = {(tp[0], tp[1], h) for tp, pieces in plans.items() for piece in pieces for h in piece.hours}
-    if set(found) != want:
-        raise RuntimeError(f"reading tasks reported {len(found)} ledger ranges where {len(want)} were planned")
-    return [found[k] for k in sorted(found)]
+    if set(merged) != want:
+        raise RuntimeError(f"reading tasks reported {len(merged)} ledger ranges where {len(want)} were planned")
+    return [merged[k] for k in sorted(merged)]
 
 
 def report_future(reported: list[tuple], skew_s: float) -> dict[tuple[str, int], int]:
     """Log the future-stamped records the reading tasks reported and return their count per
     ``(topic, partition)``.
 
-    ``reported``: ``(topic, partition, count, samples)`` per partition that landed any
-    (:class:`cdclake.kafka_ranges.FutureStamped`; a task re-run by Spark reports its partition
-    again: one report per partition counts). One warning per sample, naming topic, partition,
+    ``reported``: ``(topic, partition, start, count, samples)`` per share of a partition that
+    landed any (:class:`cdclake.kafka_ranges.FutureStamped`; ``start`` the share's first offset; a
+    task re-run by Spark reports its share again: one report per share counts). One warning per sample, naming topic, partition,
     offset, timestamp and skew in seconds, then one per partition with its count.
     """
     counts: dict[tuple[str, int], int] = {}
-    for t, p, n, samples in sorted(reported, key=lambda r: (r[0], r[1])):
-        if (t, p) in counts:
+    samples: dict[tuple[str, int], list] = {}
+    seen = set()
+    for t, p, start, n, share_samples in sorted(reported, key=lambda r: (r[0], r[1], r[2])):
+        if (t, p, start) in seen:
             continue
-        counts[(t, p)] = n
-        for off, ts, skew, hour_ms in samples:
+        seen.add((t, p, start))
+        counts[(t, p)] = counts.get((t, p), 0) + n
+        samples.setdefault((t, p), []).extend(share_samples)
+    for (t, p), n in counts.items():
+        logged = samples[(t, p)][:kafka_ranges.FUTURE_SAMPLES]
+        for off, ts, skew, hour_ms in logged:
             log.warning("future-stamped record %s[%d] offset %d: timestamp %s is %.0f s ahead of the time it was read "
                         "(land.max_future_skew_s %.0f s); landed in hour %s with its neighbours",
                         t, p, off, dt.datetime.fromtimestamp(ts / 1000, UTC).isoformat(), skew, skew_s,
                         dt.datetime.fromtimestamp(hour_ms / 1000, UTC).isoformat())
         log.warning("%s[%d]: %d future-stamped record(s) landed (stamped more than %.0f s ahead of the time they were "
                     "read; a producer clock running fast?)%s", t, p, n, skew_s,
-                    f"; the first {len(samples)} are logged above" if n > len(samples) else "")
+                    f"; the first {len(logged)} are logged above" if n > len(logged) else "")
     return counts
 
 
@@ -202,19 +220,21 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
     (logged: :func:`report_future`; ``land.max_future_skew_s``).
 
     Waits first until ``land.grace_s`` seconds after the window's end (:func:`settle_seconds`).
-    Plans each partition's offset ranges from the ledger (:func:`plan`); at most one Spark task per
-    core reads them, each a group of partitions of about equal records
-    (:func:`cdclake.kafka_read.task_groups`) with one confluent-kafka consumer, into Arrow batches
+    Plans each partition's offset ranges from the ledger (:func:`plan`), cuts a large partition's
+    hour into shares (:func:`cdclake.kafka_read.split_plans`: a topic is read by twice as many tasks
+    as cores), and deals the shares to at most one Spark task per core (twice as many when an hour
+    was cut), each a group of about equal records (:func:`cdclake.kafka_read.task_groups`) read
+    with one confluent-kafka consumer into Arrow batches
     (:func:`cdclake.kafka_read.read_partitions`) that the task writes as the raw table's data files
     itself (:class:`cdclake.lake.HourFileWriter`: no record crosses into the JVM), reporting the
-    exact range of every partition and hour and returning only its files' metadata. The driver
-    then commits the files in one atomic overwrite of the window in the raw table
-    (:func:`cdclake.lake.commit_hours`), then the ledger's rows of the window, which it writes
-    itself (:func:`ledger_files`). Raises
-    ``KafkaUnavailable`` (broker unreachable, topic missing, reading stalls) and
-    :class:`LandingShrinks`: a task that re-reads a landed hour and finds fewer records than the
-    ledger says it landed (:func:`shrinking`) fails, so the overwrite commits nothing and Kafka is
-    read once, rerun or not; a landed partition that Kafka no longer has is refused before any read.
+    exact range of every share and hour and returning only its files' metadata. The driver merges
+    the shares' ranges (:func:`_ledger_rows`), refuses a landed hour that now holds fewer records
+    (:func:`shrinking`), then commits the files in one atomic overwrite of the window in the raw
+    table (:func:`cdclake.lake.commit_hours`), then the ledger's rows of the window, which it writes
+    itself (:func:`ledger_files`). Raises ``KafkaUnavailable`` (broker unreachable, topic missing,
+    reading stalls) and :class:`LandingShrinks`: a re-read landed hour holds fewer records than
+    the ledger says it landed, and nothing is committed; a landed partition that Kafka no longer
+    has is refused before any read.
     """
     from pyspark.accumulators import AccumulatorParam
 
@@ -244,65 +264,81 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
             a.extend(b)
             return a
 
-    reported = spark.sparkContext.accumulator([], _Ranges())
-    reported_future = spark.sparkContext.accumulator([], _Ranges())
     driver = os.getpid()
-    groups = kafka_read.task_groups(parts, kafka_read.estimate_records(bootstrap, plans, timeout, client),
-                                    spark.sparkContext.defaultParallelism)
-
-    def done(topic: str, p: int, ranges: list[OffsetRange], future: FutureStamped) -> None:
-        reason = shrinking(ranges, landed)
-        if reason is not None:  # fails the job: the overwrite commits nothing
-            raise LandingShrinks(reason)
-        reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
-                      for r in ranges])
-        if future.count:
-            reported_future.add([(topic, p, future.count, list(future.samples))])
-
-    def read(batches):
-        files = HourFileWriter(raw_table)
-        for b in batches:
-            for g in b.column(0).to_pylist():
-                for rows in kafka_read.read_partitions(bootstrap, [plans[tp] for tp in groups[g]], schema, done,
-                                                       timeout, client, max_future_skew_s=skew_s):
-                    files.add(rows)
-        written = files.close()
-        kill_point("land.writing", driver)
-        yield file_batch(written)
-
-    # one row, and so one task, per group of partitions
-    todo = spark.createDataFrame(spark.sparkContext.parallelize([(g,) for g in range(len(groups))],
-                                                                max(1, len(groups))), "task_group int")
+    cores = spark.sparkContext.defaultParallelism
+    weights = kafka_read.estimate_records(bootstrap, plans, timeout, client)
     # a landed partition Kafka no longer has (the topic recreated with fewer) holds no record now
     reason = shrinking([OffsetRange(t, p, dt.datetime.fromtimestamp(h / 1000, UTC), 0, 0, 0)
                         for t, p, h in landed if (t, p) not in plans], landed)
     if reason is not None:
         raise LandingShrinks(reason)
-    spark.sparkContext.setJobDescription(f"land: {len(parts)} partitions of {len(topics)} topics, {window}")
-    try:
-        t0 = time.monotonic()
-        written = data_files(todo.mapInArrow(read, FILES_DDL).collect())
-        log.info("land %s: %d tasks read the partitions and wrote %d raw data files in %.1f s", window, len(groups),
-                 len(written), time.monotonic() - t0)
-    except Exception as exc:
-        reason = task_error(exc, LandingShrinks)  # a reading task's, inside Spark's error
-        if reason is None:
-            raise
-        raise LandingShrinks(reason) from None
-    finally:
-        spark.sparkContext.setJobDescription(None)
+
+    def read_shares(uncut: frozenset) -> tuple[list, list, list, set]:
+        """One Spark job reading the window's shares: its files, ledger ranges, future-stamped
+        reports and the partitions a share of which overran."""
+        shares, share_weights = kafka_read.split_plans(bootstrap, plans, weights, 2 * cores, timeout, client,
+                                                       uncut=uncut)
+        # a cut hour is dealt to twice as many tasks as cores, so that one slow share does not hold the stage
+        groups = kafka_read.task_groups(list(shares), share_weights, 2 * cores if len(shares) > len(plans) else cores)
+        reported = spark.sparkContext.accumulator([], _Ranges())
+        reported_future = spark.sparkContext.accumulator([], _Ranges())
+        overran = spark.sparkContext.accumulator([], _Ranges())
+
+        def done(topic: str, p: int, ranges: list[OffsetRange], future: FutureStamped, overrun: bool) -> None:
+            if overrun:
+                overran.add([(topic, p)])
+                return
+            reported.add([(r.topic, r.partition, int(r.hour.timestamp() * 1000), r.start, r.end, r.records)
+                          for r in ranges])
+            if future.count:
+                reported_future.add([(topic, p, ranges[0].start, future.count, list(future.samples))])
+
+        def read(batches):
+            files = HourFileWriter(raw_table)
+            for b in batches:
+                for g in b.column(0).to_pylist():
+                    for rows in kafka_read.read_partitions(bootstrap, [shares[sh] for sh in groups[g]], schema, done,
+                                                           timeout, client, max_future_skew_s=skew_s):
+                        files.add(rows)
+            written = files.close()
+            kill_point("land.writing", driver)
+            yield file_batch(written)
+
+        # one row, and so one task, per group of shares
+        todo = spark.createDataFrame(spark.sparkContext.parallelize([(g,) for g in range(len(groups))],
+                                                                    max(1, len(groups))), "task_group int")
+        spark.sparkContext.setJobDescription(f"land: {len(parts)} partitions of {len(topics)} topics, {window}")
+        try:
+            t0 = time.monotonic()
+            written = data_files(todo.mapInArrow(read, FILES_DDL).collect())
+            log.info("land %s: %d tasks read %d shares of the partitions and wrote %d raw data files in %.1f s", window,
+                     len(groups), len(shares), len(written), time.monotonic() - t0)
+        finally:
+            spark.sparkContext.setJobDescription(None)
+        return written, reported.value, reported_future.value, set(overran.value)
+
+    written, reported, reported_future, overran = read_shares(frozenset())
+    if overran:  # an hour ended before a cut: its shares cannot say where; read the window again, those uncut
+        log.info("land %s: the hour of %d partitions (%s) ended before where it was cut; reading the window again "
+                 "with them uncut", window, len(overran), ", ".join(f"{t}[{p}]" for t, p in sorted(overran)[:5]))
+        for f in written:
+            raw_table.io.delete(f.file_path)
+        written, reported, reported_future, overran = read_shares(frozenset(overran))
+    ledger = _ledger_rows(reported, plans)
+    reason = shrinking(ledger, landed)
+    if reason is not None:  # before the overwrite: it commits nothing
+        raise LandingShrinks(reason)
     t0 = time.monotonic()
     commit_hours(cfg, RAW_TABLE, window, topics, written, "land")
     kill_point("land.raw_written")
 
-    ledger = _ledger_rows(reported.value, plans)
     now = dt.datetime.now(UTC)
     rows = [(r.topic, r.partition, r.hour, r.start, r.end, r.records, now) for r in ledger]
     commit_hours(cfg, MANIFEST_TABLE, window, topics, ledger_files(cfg, rows), "land")
     log.info("land %s: raw data files and the ledger's %d ranges committed in %.1f s", window, len(rows),
              time.monotonic() - t0)
     records, future = {t: 0 for t in topics}, {t: 0 for t in topics}
-    for (t, _), n in report_future(reported_future.value, skew_s).items():
+    for (t, _), n in report_future(reported_future, skew_s).items():
         future[t] += n
     for r in ledger:
         if r.records or r.end > r.start:
