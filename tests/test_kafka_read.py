@@ -182,3 +182,29 @@ def test_one_partition_hour_is_read_by_several_tasks_exactly(stack, spark, uniqu
                     spark.table(qualified(cfg, MANIFEST_TABLE)).where(f"kafka_topic = '{topic}'").collect())
     assert ledger == [(0, 50, 50), (50, 350, 300), (350, 550, 200)]
     assert run_gate("land", cfg, third)["frames"] == {"offsets": 1, "ledger": 1}
+
+
+def test_the_shares_of_an_hour_make_one_ledger_range():
+    """The driver adds the shares of a partition's hour up into one ledger range; a share reported
+    twice alike (a Spark task re-run) counts once; shares that leave a gap, or a share reported
+    twice with different counts, are refused; future-stamped records add up over the shares."""
+    import pytest
+
+    from cdclake.kafka_ranges import Piece
+    from cdclake.land import _ledger_rows, report_future
+
+    h = ms(hour(5))
+    plans = {("t", 0): [Piece("t", 0, (h,), 50, None)], ("u", 1): [Piece("u", 1, (h,), 0, 10, True)]}
+    shares = [("t", 0, h, 50, 130, 80), ("t", 0, h, 130, 210, 79), ("t", 0, h, 210, 350, 140), ("u", 1, h, 0, 10, 10)]
+    rows = _ledger_rows(shares + shares[:1], plans)
+    assert [(r.topic, r.partition, r.start, r.end, r.records) for r in rows] == [("t", 0, 50, 350, 299),
+                                                                               ("u", 1, 0, 10, 10)]
+    with pytest.raises(RuntimeError, match="do not tile"):
+        _ledger_rows([s for s in shares if s[3] != 130], plans)
+    with pytest.raises(RuntimeError, match="read twice with different offset ranges"):
+        _ledger_rows(shares + [("t", 0, h, 50, 130, 79)], plans)
+    with pytest.raises(RuntimeError, match="3 ledger ranges where 2 were planned"):
+        _ledger_rows(shares + [("v", 0, h, 0, 0, 0)], plans)
+    sample = (7, h + YEAR_MS, 99.0, h)
+    assert report_future([("t", 0, 50, 2, [sample]), ("t", 0, 130, 1, [sample]), ("t", 0, 50, 2, [sample])],
+                         300.0) == {("t", 0): 3}
