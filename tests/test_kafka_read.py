@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from conftest import produce
 from pipeline import hour, ms
 
@@ -188,7 +189,6 @@ def test_the_shares_of_an_hour_make_one_ledger_range():
     """The driver adds the shares of a partition's hour up into one ledger range; a share reported
     twice alike (a Spark task re-run) counts once; shares that leave a gap, or a share reported
     twice with different counts, are refused; future-stamped records add up over the shares."""
-    import pytest
 
     from cdclake.kafka_ranges import Piece
     from cdclake.land import _ledger_rows, report_future
@@ -208,3 +208,36 @@ def test_the_shares_of_an_hour_make_one_ledger_range():
     sample = (7, h + YEAR_MS, 99.0, h)
     assert report_future([("t", 0, 50, 2, [sample]), ("t", 0, 130, 1, [sample]), ("t", 0, 50, 2, [sample])],
                          300.0) == {("t", 0): 3}
+
+
+@pytest.mark.parametrize("before", [20, 100])
+def test_a_first_landing_is_cut_into_shares_exactly(stack, spark, unique, monkeypatch, before):
+    """A topic's first landing, records stamped before its hour first (skipped, as a whole read
+    skips them; with 100 of them the first share can hold nothing of the hour, and overrun), is
+    cut into shares; whatever the broker answers, the hour lands exactly: its records once, the
+    ledger's range from its first record."""
+    from cdclake import kafka_read
+    from cdclake.catalog import qualified
+    from cdclake.config import load_pipeline
+    from cdclake.lake import MANIFEST_TABLE, RAW_TABLE
+    from cdclake.land import land
+    from cdclake.window import Window
+    from conftest import write_pipeline
+
+    monkeypatch.setattr(kafka_read, "SPLIT_RECORDS", 40)
+    topic = f"first.{unique}"
+    base = hour(9)
+    b = ms(base)
+    early = [(0, b - HOUR_MS + 1000 * i, f"e{i}", f'{{"e":{i}}}') for i in range(before)]
+    inside = [(0, b + 1000 * i, f"k{i}", f'{{"i":{i}}}') for i in range(300)]
+    after = [(0, b + HOUR_MS + 1000 * i, f"a{i}", f'{{"a":{i}}}') for i in range(50)]
+    for i, part in enumerate((early, inside, after)):
+        produce(stack["bootstrap"], topic, part, partitions=1, create=i == 0)
+    cfg = load_pipeline(write_pipeline(f"first_{unique}", [{"topic": topic, "format": "debezium-json"}]))
+    window = Window(base, base + dt.timedelta(hours=1))
+    assert land(spark, cfg, window) == {topic: 300}
+    raw = spark.table(qualified(cfg, RAW_TABLE)).where(f"kafka_topic = '{topic}'").select("kafka_offset").collect()
+    assert sorted(r.kafka_offset for r in raw) == list(range(before, before + 300))
+    ledger = [(r.start_offset, r.end_offset, r.records)
+              for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(f"kafka_topic = '{topic}'").collect()]
+    assert ledger == [(before, before + 300, 300)]

@@ -117,7 +117,9 @@ class Piece:
     gets ``hours[0]``. ``bounded``: a share of a one-hour segment that a reading task reads beside
     others (:func:`cdclake.kafka_read.split_plans`), cut where the hour was expected to end or
     before; a record in it that ends the hour (stamped at or after its end, not future-stamped)
-    ends the share as *overrun* (:attr:`PieceScan.overrun`): the hour is then read again uncut.
+    ends the share as *overrun* (:attr:`PieceScan.overrun`): the hour is then read again uncut; so
+    does a first landing's first share (``start`` None) that ends before the running maximum
+    reached its hour.
     """
 
     topic: str
@@ -284,6 +286,8 @@ class PieceScan:
         self.done = not (piece.stop is None or start < piece.stop)
         #: True when a ``bounded`` piece met the end of its hour before its stop (its ranges are void)
         self.overrun = False
+        if self.done:
+            self._unprimed()
 
     def feed(self, offset: int, timestamp_ms: int) -> Optional[int]:
         """The landed hour (epoch ms) of the record at ``offset`` stamped ``timestamp_ms``, or None:
@@ -292,6 +296,7 @@ class PieceScan:
         piece = self.piece
         if piece.stop is not None and offset >= piece.stop:
             self.done = True
+            self._unprimed()
             return None
         ahead = False
         if timestamp_ms > self.limit:
@@ -328,6 +333,14 @@ class PieceScan:
         its stop when it has one."""
         self.end = offset if self.piece.stop is None else self.piece.stop
         self.done = True
+        self._unprimed()
+
+    def _unprimed(self) -> None:
+        """A bounded first share of a first landing (:class:`Piece`) that ends before any record
+        raised the running maximum into its hour overruns: the shares after it would land records
+        a whole read skips."""
+        if self.piece.bounded and self.skip_early and self.run_max < self.first_hour:
+            self.overrun = True
 
     def ranges(self) -> list[OffsetRange]:
         """The piece's ledger ranges over what was read, one per hour (:func:`_piece_ranges`)."""

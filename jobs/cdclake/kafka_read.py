@@ -164,8 +164,8 @@ def split_plans(bootstrap: str, plans: dict[Partition, list[Piece]], weights: di
     """``plans`` as shares for the reading tasks, and each share's weight: ``({(topic, partition,
     i): pieces}, {(topic, partition, i): records})``.
 
-    A partition whose plan is one piece of one hour with a known start (an hourly run after the
-    hour before, or a rerun of a ledger range) and at least ``2 * min_records`` records
+    A partition whose plan is one piece of one hour (an hourly run, a rerun of a ledger range, a
+    first landing) and at least ``2 * min_records`` records
     (``weights``, :func:`estimate_records`; ``min_records`` default :data:`SPLIT_RECORDS`) is cut into up to ``ceil(tasks / partitions of its
     topic)`` shares of at least ``min_records`` offsets, so that a topic of one partition is read
     by ``tasks`` tasks: a rerun's range at even offsets; a new hour's span up to the first record
@@ -173,7 +173,11 @@ def split_plans(bootstrap: str, plans: dict[Partition, list[Piece]], weights: di
     none or the broker's answer is no later than the start), every share but the last ``bounded``
     at its stop (:class:`cdclake.kafka_ranges.Piece`: one that meets the hour's end overruns, and
     land reads the hour again uncut) and the last open, reading on to the hour's end as a whole
-    partition does. Every other partition is one share, ``i`` 0. The shares of a
+    partition does. A first landing is cut from where ``offsets_for_times`` says its hour starts;
+    its first share finds its start itself and skips what is stamped before the hour, as a whole
+    partition does, and overruns when it ends before a record of the hour raised the running
+    maximum into it (the shares after it would not skip). Every other partition is one share,
+    ``i`` 0. The shares of a
     partition's hour tile its range, so their ledger ranges add up to the one a single read
     reports (:func:`cdclake.land._ledger_rows`). When the broker does not answer, nothing is cut;
     nor are the partitions of ``uncut``.
@@ -187,14 +191,17 @@ def split_plans(bootstrap: str, plans: dict[Partition, list[Piece]], weights: di
     want: dict[Partition, int] = {}
     for tp, pieces in plans.items():
         k = min(-(-tasks // per_topic[tp[0]]), weights.get(tp, 0) // min_records)
-        if k >= 2 and len(pieces) == 1 and len(pieces[0].hours) == 1 and pieces[0].start is not None \
-                and tp not in uncut:
+        if k >= 2 and len(pieces) == 1 and len(pieces[0].hours) == 1 and tp not in uncut:
             want[tp] = k
+    begins = {tp: plans[tp][0].start for tp in want}
     limits = {tp: plans[tp][0].stop for tp in want if plans[tp][0].stop is not None}
     open_ = [tp for tp in want if tp not in limits]
     if open_:
         cons = consumer(bootstrap, client)
         try:
+            # a first landing starts where offsets_for_times says its hour starts
+            begins.update(_offsets(cons, [(t, p, plans[(t, p)][0].hours[0]) for t, p in open_
+                                          if begins[(t, p)] is None], timeout_s))
             found = _offsets(cons, [(t, p, plans[(t, p)][0].hours[0] + HOUR_MS) for t, p in open_], timeout_s)
             ends = _offsets(cons, [(t, p, -1) for t, p in open_], timeout_s)
         except KafkaException as exc:
@@ -203,28 +210,30 @@ def split_plans(bootstrap: str, plans: dict[Partition, list[Piece]], weights: di
         finally:
             cons.close()
         for tp in open_:  # a broker that answers offsets_for_times with the log's start tells nothing
-            limit = found.get(tp) if (found.get(tp) or -1) > plans[tp][0].start else ends.get(tp)
-            if limit is not None:
+            begin = begins.get(tp)
+            limit = found.get(tp) if begin is not None and (found.get(tp) or -1) > begin else ends.get(tp)
+            if limit is not None and begin is not None:
                 limits[tp] = limit
     shares: dict[Share, list[Piece]] = {}
     out_weights: dict[Share, int] = {}
     for tp, pieces in plans.items():
         piece = pieces[0]
-        limit = limits.get(tp)
-        k = 0 if limit is None else min(want.get(tp, 0), (limit - piece.start) // min_records)
+        limit, begin = limits.get(tp), begins.get(tp)
+        k = 0 if limit is None or begin is None else min(want.get(tp, 0), (limit - begin) // min_records)
         if k < 2:
             shares[(*tp, 0)] = pieces
             out_weights[(*tp, 0)] = weights.get(tp, 0)
             continue
-        cuts = [piece.start + i * (limit - piece.start) // k for i in range(k)]
+        cuts = [begin + i * (limit - begin) // k for i in range(k)]
         for i, start in enumerate(cuts):
             last = i == k - 1
             stop = piece.stop if last else cuts[i + 1]
-            shares[(*tp, i)] = [Piece(piece.topic, piece.partition, piece.hours, start, stop, piece.fixed,
-                                      bounded=not piece.fixed and not last)]
+            # a first landing's first share finds its start itself, skipping what is stamped before its hour
+            shares[(*tp, i)] = [Piece(piece.topic, piece.partition, piece.hours, piece.start if i == 0 else start, stop,
+                                      piece.fixed, bounded=not piece.fixed and not last)]
             out_weights[(*tp, i)] = (limit if last else stop) - start
         log.info("%s[%d] hour %s: offsets %d.. read by %d tasks, split at %s", tp[0], tp[1],
-                 dt.datetime.fromtimestamp(piece.hours[0] / 1000, UTC).isoformat(), piece.start, k, cuts[1:])
+                 dt.datetime.fromtimestamp(piece.hours[0] / 1000, UTC).isoformat(), begin, k, cuts[1:])
     return shares, out_weights
 
 

@@ -319,8 +319,9 @@ def land(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> LandResu
 
     written, reported, reported_future, overran = read_shares(frozenset())
     if overran:  # an hour ended before a cut: its shares cannot say where; read the window again, those uncut
-        log.info("land %s: the hour of %d partitions (%s) ended before where it was cut; reading the window again "
-                 "with them uncut", window, len(overran), ", ".join(f"{t}[{p}]" for t, p in sorted(overran)[:5]))
+        log.info("land %s: %d partitions (%s) could not be read in shares (the hour ended before a cut, or a first "
+                 "landing's first share held nothing of it); reading the window again with them uncut", window,
+                 len(overran), ", ".join(f"{t}[{p}]" for t, p in sorted(overran)[:5]))
         for f in written:
             raw_table.io.delete(f.file_path)
         written, reported, reported_future, overran = read_shares(frozenset(overran))
