@@ -48,6 +48,19 @@ def _offsets(cons, wanted: list[tuple[str, int, int]], timeout_s: float) -> dict
     return {(f.topic, f.partition): (f.offset if f.error is None and f.offset >= 0 else None) for f in found}
 
 
+def _first_starts(cons, wanted: list[tuple[str, int, int]], timeout_s: float,
+                  ends: Optional[dict[Partition, Optional[int]]] = None) -> dict[Partition, Optional[int]]:
+    """Where first landings start reading, for ``(topic, partition, hour_ms)`` items: the offset
+    ``offsets_for_times`` gives for the hour, or the end of the log when no record is stamped at
+    or after it (``ends``: the log ends when already known; else asked in one request per broker);
+    None where the broker answers neither. The batched form of
+    :func:`cdclake.kafka_ranges.piece_start`'s rule. Raises ``KafkaException``."""
+    found = _offsets(cons, wanted, timeout_s)
+    if ends is None:
+        ends = _offsets(cons, [(t, p, -1) for t, p, _ in wanted if found.get((t, p)) is None], timeout_s)
+    return {(t, p): found.get((t, p)) if found.get((t, p)) is not None else ends.get((t, p)) for t, p, _ in wanted}
+
+
 def estimate_records(bootstrap: str, plans: dict[Partition, list[Piece]], timeout_s: float = 30.0,
                      client: Optional[dict] = None) -> dict[Partition, int]:
     """The offsets each partition's pieces of ``plans`` span, as the broker's log end and first
@@ -59,8 +72,8 @@ def estimate_records(bootstrap: str, plans: dict[Partition, list[Piece]], timeou
     cons = consumer(bootstrap, client)
     try:
         ends = _offsets(cons, [(t, p, -1) for t, p in plans], timeout_s)  # -1: the end of the log
-        firsts = _offsets(cons, [(t, p, ps[0].hours[0]) for (t, p), ps in plans.items() if ps and ps[0].start is None],
-                          timeout_s)
+        firsts = _first_starts(cons, [(t, p, ps[0].hours[0]) for (t, p), ps in plans.items()
+                                      if ps and ps[0].start is None], timeout_s, ends)
     except KafkaException as exc:
         log.warning("could not weigh %d partitions by their records (%s); grouped by count", len(plans), exc)
         return {}
@@ -72,7 +85,7 @@ def estimate_records(bootstrap: str, plans: dict[Partition, list[Piece]], timeou
         n = 0
         for piece in pieces:
             start = piece.start if piece.start is not None else firsts.get(tp)
-            start = end if start is None else start
+            start = end if start is None else start  # the broker answered neither
             n += max(0, (piece.stop if piece.stop is not None else end) - start)
         out[tp] = n
     return out
@@ -165,22 +178,22 @@ def split_plans(bootstrap: str, plans: dict[Partition, list[Piece]], weights: di
     i): pieces}, {(topic, partition, i): records})``.
 
     A partition whose plan is one piece of one hour (an hourly run, a rerun of a ledger range, a
-    first landing) and at least ``2 * min_records`` records
-    (``weights``, :func:`estimate_records`; ``min_records`` default :data:`SPLIT_RECORDS`) is cut into up to ``ceil(tasks / partitions of its
-    topic)`` shares of at least ``min_records`` offsets, so that a topic of one partition is read
-    by ``tasks`` tasks: a rerun's range at even offsets; a new hour's span up to the first record
-    stamped at or after the hour's end (``offsets_for_times``; the end of the log when there is
-    none or the broker's answer is no later than the start), every share but the last ``bounded``
-    at its stop (:class:`cdclake.kafka_ranges.Piece`: one that meets the hour's end overruns, and
-    land reads the hour again uncut) and the last open, reading on to the hour's end as a whole
-    partition does. A first landing is cut from where ``offsets_for_times`` says its hour starts;
-    its first share finds its start itself and skips what is stamped before the hour, as a whole
-    partition does, and overruns when it ends before a record of the hour raised the running
-    maximum into it (the shares after it would not skip). Every other partition is one share,
-    ``i`` 0. The shares of a
-    partition's hour tile its range, so their ledger ranges add up to the one a single read
-    reports (:func:`cdclake.land._ledger_rows`). When the broker does not answer, nothing is cut;
-    nor are the partitions of ``uncut``.
+    first landing) and at least ``2 * min_records`` records (``weights``,
+    :func:`estimate_records`; ``min_records`` default :data:`SPLIT_RECORDS`) is cut into up to
+    ``ceil(tasks / partitions of its topic)`` shares of at least ``min_records`` offsets, so that a
+    topic of one partition is read by ``tasks`` tasks: a rerun's range at even offsets; a new
+    hour's span up to the first record stamped at or after the hour's end (``offsets_for_times``;
+    the end of the log when there is none or the broker's answer is no later than the start),
+    every share but the last ``bounded`` at its stop (:class:`cdclake.kafka_ranges.Piece`: one that
+    meets the hour's end overruns, and land reads the hour again uncut) and the last open, reading
+    on to the hour's end as a whole partition does. A first landing is cut from where
+    ``offsets_for_times`` says its hour starts; its first share finds its start itself and skips
+    what is stamped before the hour, as a whole partition does, and overruns when it ends before a
+    record of the hour raised the running maximum into it (the shares after it would not skip).
+    Every other partition is one share, ``i`` 0. The shares of a partition's hour tile its range,
+    so their ledger ranges add up to the one a single read reports
+    (:func:`cdclake.land._ledger_rows`). When the broker does not answer, nothing is cut; nor are
+    the partitions of ``uncut``.
     """
     from confluent_kafka import KafkaException
 
@@ -199,11 +212,11 @@ def split_plans(bootstrap: str, plans: dict[Partition, list[Piece]], weights: di
     if open_:
         cons = consumer(bootstrap, client)
         try:
-            # a first landing starts where offsets_for_times says its hour starts
-            begins.update(_offsets(cons, [(t, p, plans[(t, p)][0].hours[0]) for t, p in open_
-                                          if begins[(t, p)] is None], timeout_s))
-            found = _offsets(cons, [(t, p, plans[(t, p)][0].hours[0] + HOUR_MS) for t, p in open_], timeout_s)
             ends = _offsets(cons, [(t, p, -1) for t, p in open_], timeout_s)
+            # a first landing starts where offsets_for_times says its hour starts
+            begins.update(_first_starts(cons, [(t, p, plans[(t, p)][0].hours[0]) for t, p in open_
+                                               if begins[(t, p)] is None], timeout_s, ends))
+            found = _offsets(cons, [(t, p, plans[(t, p)][0].hours[0] + HOUR_MS) for t, p in open_], timeout_s)
         except KafkaException as exc:
             log.warning("could not find where %d partitions' hours end (%s); each read by one task", len(open_), exc)
             found, ends = {}, {}
@@ -261,8 +274,8 @@ def read_partitions(bootstrap: str, plans: list[list[Piece]], schema,
     empty list when there are none), ``landed_hour`` the start of the record's landed hour. Once a
     partition is read, ``done(topic, partition, ranges, future, overrun)`` gets its ledger ranges,
     its future-stamped records (``max_future_skew_s``, as in ``scan_piece``) and whether a
-    ``bounded`` share overran (:class:`cdclake.kafka_ranges.Piece`; its ranges are void), before the batch holding
-    its last records is yielded: ``done`` may raise to fail the task. ``after_batch()``, when
+    ``bounded`` share overran (:class:`cdclake.kafka_ranges.Piece`; its ranges are void), before
+    the batch holding its last records is yielded: ``done`` may raise to fail the task. ``after_batch()``, when
     given, is called after each batch was taken. Raises :class:`cdclake.errors.KafkaUnavailable`:
     the broker reports an error, or neither a record nor the end of a log arrives for
     ``timeout_s`` seconds (the message names the partitions still being read).
@@ -310,16 +323,12 @@ def read_partitions(bootstrap: str, plans: list[list[Piece]], schema,
         seen.add(tp)
     cons = consumer(bootstrap, client)
     try:
-        # a first landing starts at the first record stamped in its hour, or at the end of the log
-        firsts: dict[Partition, Optional[int]] = {}
         wanted = [(ps[0].topic, ps[0].partition, ps[0].hours[0]) for ps in together if ps[0].start is None]
         try:
-            firsts = _offsets(cons, wanted, timeout_s)
-            ends = _offsets(cons, [(t, p, -1) for t, p, _ in wanted if firsts.get((t, p)) is None], timeout_s)
+            firsts = _first_starts(cons, wanted, timeout_s)
         except KafkaException as exc:
             raise KafkaUnavailable(f"offsets of {len(wanted)} partitions' first landings not found: "
                                    f"{exc.args[0].str()}") from None
-        firsts.update((tp, off) for tp, off in ends.items() if off is not None)
         reading: dict[Partition, _Partition] = {}
         for ps in together:
             tp = (ps[0].topic, ps[0].partition)

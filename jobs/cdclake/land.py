@@ -173,8 +173,9 @@ def report_future(reported: list[tuple], skew_s: float) -> dict[tuple[str, int],
 
     ``reported``: ``(topic, partition, start, count, samples)`` per share of a partition that
     landed any (:class:`cdclake.kafka_ranges.FutureStamped`; ``start`` the share's first offset; a
-    task re-run by Spark reports its share again: one report per share counts). One warning per sample, naming topic, partition,
-    offset, timestamp and skew in seconds, then one per partition with its count.
+    task re-run by Spark reports its share again: one report per share counts). Per partition, one
+    warning per sample (the first :data:`cdclake.kafka_ranges.FUTURE_SAMPLES` over its shares),
+    naming topic, partition, offset, timestamp and skew in seconds, then one with its count.
     """
     counts: dict[tuple[str, int], int] = {}
     samples: dict[tuple[str, int], list] = {}
