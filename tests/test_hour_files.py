@@ -197,3 +197,42 @@ def test_a_file_closed_to_open_another_keeps_the_rows_it_still_buffered(spark, m
     files = write_local(table, [_batch(a[:17]), _batch(a[17:]), _batch(b)])
     assert sum(f.record_count for f in files) == len(a) + len(b)
     assert sum(f.record_count for f in files if f.partition[0] == "buf.a") == len(a)
+
+
+def test_an_overwrite_across_many_manifests_finds_every_file_it_deletes(tmp_path):
+    """pyiceberg's overwrite looks for the files it deletes in the parent snapshot's manifests on a
+    thread pool, all threads calling one manifest evaluator, whose visitor keeps the manifest it
+    is evaluating in an attribute: two threads at once could skip the manifest of a file to delete
+    and fail the commit ("Missing required files to delete"), as a rerun's land did in a catalog of
+    many topics. :func:`cdclake.lake.hours.overwrite` evaluates one manifest at a time: replacing
+    the files of 48 topics, each in a manifest of its own, finds them all, every time (before, the
+    first or second try failed)."""
+    import sys
+
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from cdclake.lake import stage_replace, transaction
+
+    cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/w")
+    cat.create_namespace("n")
+    schema = Schema(NestedField(1, "topic", StringType(), required=False), NestedField(2, "v", LongType(), required=False))
+    table = cat.create_table("n.t", schema, partition_spec=PartitionSpec(
+        PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="topic")))
+    topics = [f"topic.{i:02d}" for i in range(48)]
+    for t in topics:  # one commit, and so one manifest, per topic
+        table.append(pa.table({"topic": [t], "v": [1]}, schema=schema.as_arrow()))
+    table = cat.load_table("n.t")
+    old = [task.file for task in table.scan().plan_files()]
+    assert len(old) == len(topics)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    try:
+        for _ in range(10):  # staged, not committed: the deleted files are looked for when staging
+            stage_replace(transaction(table), old, [], {})
+    finally:
+        sys.setswitchinterval(switch)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 from cdclake.catalog import pyiceberg_catalog, with_retries
@@ -53,6 +54,15 @@ def _classes() -> dict:
                 return [m for m in super()._existing_manifests()
                         if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id]
 
+            def _build_manifest_evaluator(self, spec_id: int):
+                evaluate, lock = super()._build_manifest_evaluator(spec_id), threading.Lock()
+
+                def one_at_a_time(manifest) -> bool:
+                    with lock:
+                        return evaluate(manifest)
+
+                return one_at_a_time
+
         _PYICEBERG.update(transaction=CachedTransaction, overwrite=LiveManifestsOverwrite)
     return _PYICEBERG
 
@@ -73,7 +83,11 @@ def overwrite(tx, properties: dict):
     earlier snapshots that hold no live file (only entries of files an earlier overwrite
     deleted), as Iceberg's Java commits do. pyiceberg carries them forward, so that every hourly
     rewrite of a table added one manifest that every later commit and scan read (the same fault
-    was fixed in iceberg-go, apache/iceberg-go issue 1153)."""
+    was fixed in iceberg-go, apache/iceberg-go issue 1153). Its manifest evaluator is called by one
+    thread at a time: pyiceberg calls it from a thread pool to find the deleted files, and its
+    visitor keeps the manifest being evaluated in an attribute, so that two threads at once could
+    skip the manifest of a file to delete and fail the commit ("Missing required files to
+    delete"), as pyiceberg's partition evaluator once did (apache/iceberg-python pull request 115)."""
     from pyiceberg.table.refs import MAIN_BRANCH
     from pyiceberg.table.snapshots import Operation
 
