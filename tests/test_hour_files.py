@@ -236,3 +236,49 @@ def test_an_overwrite_across_many_manifests_finds_every_file_it_deletes(tmp_path
             stage_replace(transaction(table), old, [], {})
     finally:
         sys.setswitchinterval(switch)
+
+
+def test_the_drivers_read_of_an_hour_gives_a_column_added_later_as_nulls(tmp_path):
+    """:func:`cdclake.lake.read_hours` picks the window's files of the topics asked for by partition
+    value, reads them by name with pyarrow and types them as the table's schema: a column added
+    after a file was written reads as nulls in that file's rows, as Iceberg reads it."""
+    import pyarrow as pa
+    import yaml
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import HourTransform, IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+    from cdclake.lake import read_hours
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "kafka": {"bootstrap_servers": "127.0.0.1:9"}, "sources": [{"topic": "t", "format": "debezium-json"}],
+        "catalog": {"name": "lake", "uri": f"jdbc:sqlite:{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/w"}}))
+    (tmp_path / "w").mkdir()
+    cfg = load_pipeline(path)
+    cat = pyiceberg_catalog(cfg.catalog)
+    cat.create_namespace("n")
+    schema = Schema(NestedField(1, "kafka_topic", StringType(), required=False),
+                    NestedField(2, "landed_hour", TimestamptzType(), required=False),
+                    NestedField(3, "v", LongType(), required=False))
+    table = cat.create_table("n.hours", schema, partition_spec=PartitionSpec(
+        PartitionField(1, 1000, IdentityTransform(), "kafka_topic"), PartitionField(2, 1001, HourTransform(), "landed_hour_hour")))
+    h1 = H0 + dt.timedelta(hours=1)
+
+    def rows(topic, hour, vs, **more):
+        return {"kafka_topic": [topic] * len(vs), "landed_hour": [hour] * len(vs), "v": vs, **more}
+
+    table.append(pa.Table.from_pydict(rows("a", H0, [1, 2]), schema=schema.as_arrow()))
+    table.append(pa.Table.from_pydict(rows("b", H0, [3]), schema=schema.as_arrow()))
+    with table.update_schema() as update:
+        update.add_column("w", StringType())
+    table = cat.load_table("n.hours")
+    table.append(pa.Table.from_pydict(rows("a", H0, [4], w=["x"]), schema=table.schema().as_arrow()))
+    table.append(pa.Table.from_pydict(rows("a", h1, [5], w=["y"]), schema=table.schema().as_arrow()))
+
+    got = read_hours(cfg, "n.hours", ["a"], H0, h1, ["v", "w", "landed_hour"])
+    assert got.schema.field("landed_hour").type == pa.timestamp("us", tz="UTC")
+    assert sorted(zip(got["v"].to_pylist(), got["w"].to_pylist())) == [(1, None), (2, None), (4, "x")]
+    assert sorted(read_hours(cfg, "n.hours", ["a", "b"], H0, None, ["v"])["v"].to_pylist()) == [1, 2, 3, 4, 5]
+    assert read_hours(cfg, "n.hours", ["c"], None, None, ["v"]).num_rows == 0
