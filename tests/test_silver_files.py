@@ -150,13 +150,15 @@ def test_data_files_written_directly_equal_pyicebergs_write_file(spark, stack):
 
 def test_a_transactions_metadata_is_computed_once_per_staged_state(spark, stack):
     """:func:`cdclake.lake.transaction` reads the staged metadata once until an update is
-    staged, and then sees that update (pyiceberg replays and deep-copies it on every read)."""
+    staged, and then sees that update (pyiceberg replays and deep-copies it on every read);
+    with nothing staged, it is the table's own."""
     from cdclake.lake import transaction
 
     ns, name, _, pycat = _bucketed_table(spark, "x", "k bigint")
-    tx = transaction(pycat.load_table((ns, name)))
+    table = pycat.load_table((ns, name))
+    tx = transaction(table)
     first = tx.table_metadata
-    assert tx.table_metadata is first
+    assert tx.table_metadata is first is table.metadata  # nothing staged: no copy
     tx.set_properties({"cdc.test": "1"})
     assert tx.table_metadata is not first and tx.table_metadata.properties["cdc.test"] == "1"
     tx.commit_transaction()

@@ -234,7 +234,6 @@ class HourFileWriter:
         return int(min(TASK_BUFFER_BYTES, max(1, self.table.row_group_bytes * max(1.0, ratio))))
 
     def _start(self, f: _File) -> None:
-        import pyarrow.parquet as pq
         from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 
         meta = self.table.metadata
@@ -244,33 +243,19 @@ class HourFileWriter:
                                    partition_spec=spec, schema=schema)
         f.path = self.table.locations.new_data_location(data_file_name=f"00000-0-{uuid.uuid4()}.parquet",
                                                         partition_key=f.partition)
-        f.out = self.table.io.new_output(f.path)
-        f.sink = f.out.create(overwrite=True)
-        f.writer = pq.ParquetWriter(f.sink, self.table.arrow_schema, store_decimal_as_integer=True,
-                                    **self.table.writer_options)
+        f.out, f.sink, f.writer = open_parquet(self.table.io, f.path, self.table.arrow_schema, self.table.writer_options)
 
     def _finish(self, f: _File) -> None:
         """Write ``f``'s buffered rows, close its file and keep its ``DataFile``; its partition
         starts a new file when written again."""
-        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
-        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
         self._open.pop(f.key, None)
         self._files.pop(f.key, None)
         if f.buffered:
             self._write_group(f)
         if f.writer is None:
             return
-        meta = self.table.metadata
-        try:
-            f.writer.close()
-        finally:
-            f.sink.close()
-        stats = data_file_statistics_from_parquet_metadata(f.writer.writer.metadata, *self.table.statistics)
-        self._done.append(DataFile.from_args(
-            content=DataFileContent.DATA, file_path=f.path, file_format=FileFormat.PARQUET,
-            partition=f.partition.partition, file_size_in_bytes=len(f.out), sort_order_id=None,
-            spec_id=meta.default_spec_id, equality_ids=None, key_metadata=None, **stats.to_serialized_dict()))
+        self._done.append(close_parquet(f.out, f.sink, f.writer, f.path, f.partition.partition,
+                                        self.table.metadata.default_spec_id, self.table.statistics))
 
     def close(self) -> list:
         """Write every buffered row, close every file; the pyiceberg ``DataFile`` s written."""
@@ -278,6 +263,36 @@ class HourFileWriter:
             self._finish(f)
         done, self._done = self._done, []
         return done
+
+
+def open_parquet(io, path: str, schema: "pa.Schema", options: dict) -> tuple:
+    """A new Parquet data file at ``path`` through pyiceberg ``FileIO`` ``io``: ``(output file,
+    stream, pyarrow ParquetWriter)``, the writer on Arrow ``schema`` (Iceberg field ids in its
+    fields' metadata) with ``options`` (as pyiceberg takes them from the table's properties:
+    :attr:`HourTable.writer_options`) and decimals stored as integers, as pyiceberg's writer does."""
+    import pyarrow.parquet as pq
+
+    out = io.new_output(path)
+    sink = out.create(overwrite=True)
+    return out, sink, pq.ParquetWriter(sink, schema, store_decimal_as_integer=True, **options)
+
+
+def close_parquet(out, sink, writer, path: str, partition, spec_id: int, statistics: tuple):
+    """Close a file of :func:`open_parquet`; its pyiceberg ``DataFile`` (content data, Parquet, in
+    partition ``partition`` (a pyiceberg ``Record``) of spec ``spec_id``), its size and column
+    metrics from the written footer as pyiceberg computes them (``statistics``: its statistics
+    plan and Parquet path to field id mapping, :attr:`HourTable.statistics`)."""
+    from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    try:
+        writer.close()
+    finally:
+        sink.close()
+    stats = data_file_statistics_from_parquet_metadata(writer.writer.metadata, *statistics)
+    return DataFile.from_args(content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+                              partition=partition, file_size_in_bytes=len(out), sort_order_id=None,
+                              spec_id=spec_id, equality_ids=None, key_metadata=None, **stats.to_serialized_dict())
 
 
 def _leaves(schema: "pa.Schema") -> Iterator[str]:

@@ -44,6 +44,8 @@ def _classes() -> dict:
             @property
             def table_metadata(self):
                 base, updates, metadata = self._cached
+                if not self._updates:  # pyiceberg's metadata models are frozen: no copy to protect
+                    return self._table.metadata
                 if base is not self._table.metadata or updates is not self._updates:
                     metadata = update_table_metadata(self._table.metadata, self._updates)
                     self._cached = (self._table.metadata, self._updates, metadata)
@@ -73,7 +75,8 @@ def transaction(table):
     (every snapshot and log entry) on each read, about twenty times in one overwrite, so that a
     commit's cost grew with the table's history (apache/iceberg-python issue 2673). The cache is
     keyed on the identity of the table's metadata and of the staged updates' tuple, which every
-    staged update replaces, as in the upstream proposal (apache/iceberg-python pull request 3302)."""
+    staged update replaces, as in the upstream proposal (apache/iceberg-python pull request 3302);
+    with nothing staged it is the table's own metadata (pyiceberg's models are frozen)."""
     return _classes()["transaction"](table)
 
 
