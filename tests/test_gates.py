@@ -146,3 +146,37 @@ def test_normalize_gate_fails_past_the_quarantine_budget(stack, spark, unique):
         assert "12 of 20 records quarantined" in page and "over_budget" in page
     loose = pipeline(max_quarantined=12, max_quarantine_share=0.6)
     assert run_gate("normalize", loose, window)["frames"]["quarantine"] == 1
+
+
+def test_the_silver_gates_read_of_keys_finds_columns_by_field_id_or_leaves_it_to_the_scan(tmp_path):
+    """The silver gate reads a table's keys from its data files by Iceberg field id
+    (:func:`cdclake.gates.frames._live_columns`), typed as the table's schema: a key promoted from
+    int to bigint after a file was written, and renamed, reads as pyiceberg's scan reads it. A
+    file without field ids (added from outside) leaves the read to pyiceberg's scan (None)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+    from cdclake.gates.frames import _live_columns
+
+    cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/w")
+    cat.create_namespace("n")
+    table = cat.create_table("n.t", Schema(NestedField(1, "k", IntegerType(), required=False),
+                                           NestedField(2, "v", StringType(), required=False)))
+    table.append(pa.table({"k": pa.array([1, 2], pa.int32()), "v": ["a", "b"]}))
+    with table.update_schema() as update:
+        update.update_column("k", LongType())
+        update.rename_column("k", "key")
+    table = cat.load_table("n.t")
+    table.append(pa.table({"key": pa.array([3_000_000_000], pa.int64()), "v": ["c"]}))
+    table = cat.load_table("n.t")
+    got = _live_columns(table, ["key"])
+    assert got.schema.field("key").type == pa.int64()
+    assert sorted(got["key"].to_pylist()) == sorted(table.scan(selected_fields=("key",)).to_arrow()["key"].to_pylist()) \
+        == [1, 2, 3_000_000_000]
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"key": pa.array([4], pa.int64()), "v": ["d"]}), plain)
+    table.add_files([str(plain)])
+    assert _live_columns(cat.load_table("n.t"), ["key"]) is None

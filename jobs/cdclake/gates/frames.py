@@ -245,15 +245,53 @@ def _open_gate_catalog(catalog) -> None:
 
 def _table_keys(cat, namespace: str, name: str):
     """Silver table ``namespace.name``'s rows as ``_table`` and ``key_1`` .. ``key_<n>`` (object
-    columns), a pandas frame. Key columns: the table property ``cdc.primary-key-columns`` (JSON),
-    else ``cdc.primary-key`` (comma-joined)."""
+    columns), a pandas frame (:func:`_live_columns`, else pyiceberg's scan). Key columns: the
+    table property ``cdc.primary-key-columns`` (JSON), else ``cdc.primary-key`` (comma-joined)."""
     tbl = cat.load_table((namespace, name))
     stored = tbl.properties.get(PRIMARY_KEY_PROPERTY)
     pk = json.loads(stored) if stored else (tbl.properties.get("cdc.primary-key") or "").split(",")
-    df = tbl.scan(selected_fields=tuple(pk)).to_pandas()[pk].astype(object)
+    keys = _live_columns(tbl, pk)
+    if keys is None:
+        keys = tbl.scan(selected_fields=tuple(pk)).to_arrow()
+    df = keys.select(pk).to_pandas().astype(object)
     df.columns = [f"key_{i + 1}" for i in range(len(pk))]
     df.insert(0, "_table", f"{namespace}.{name}")
     return df
+
+
+def _live_columns(tbl, columns: list[str]):
+    """Top-level ``columns`` of every row of pyiceberg table ``tbl`` at its current snapshot, an
+    Arrow table typed as the table's schema, read by pyarrow from its data files, each column
+    found by its Iceberg field id (the silver gate's frames of a thousand small tables took half
+    the time of pyiceberg's scan). None when the scan must read them: the snapshot holds delete
+    files, or a file lacks field ids or one of the columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = tbl.current_snapshot()
+    if snapshot is None:
+        return None
+    manifests = snapshot.manifests(tbl.io)
+    if any(m.content == ManifestContent.DELETES for m in manifests):
+        return None
+    schema = tbl.schema()
+    ids = [schema.find_field(c).field_id for c in columns]
+    target = pa.schema([schema_to_pyarrow(schema).field(c) for c in columns])
+    parts = []
+    for manifest in manifests:
+        for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
+            with tbl.io.new_input(entry.data_file.file_path).open() as stream:
+                pf = pq.ParquetFile(stream)
+                named = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in pf.schema_arrow
+                         if f.metadata and b"PARQUET:field_id" in f.metadata}
+                if not all(i in named for i in ids):
+                    return None
+                rows = pf.read(columns=[named[i] for i in ids], use_threads=False)
+            parts.append(pa.Table.from_arrays([rows[named[i]].cast(f.type) for i, f in zip(ids, target)],
+                                              schema=target))
+    return pa.concat_tables(parts) if parts else target.empty_table()
 
 
 def _keys_in_worker(namespace: str, names: list[str]) -> list:
