@@ -85,10 +85,7 @@ class HourTable:
     def statistics(self) -> tuple:
         """pyiceberg's column metrics plan and Parquet path to field id mapping of the table's
         schema and properties, as its writer computes them for each file (here once)."""
-        from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
-
-        schema = self.metadata.schema()
-        return compute_statistics_plan(schema, self.metadata.properties), parquet_path_to_id_mapping(schema)
+        return parquet_statistics(self.metadata.schema(), self.metadata.properties)
 
     @cached_property
     def locations(self):
@@ -263,6 +260,15 @@ class HourFileWriter:
             self._finish(f)
         done, self._done = self._done, []
         return done
+
+
+def parquet_statistics(schema, properties: dict) -> tuple:
+    """pyiceberg's column metrics plan and Parquet path to field id mapping of Iceberg ``schema``
+    and table ``properties``, as its writer computes them for each file: compute them once per
+    table and pass them to :func:`close_parquet` for each of its files."""
+    from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
+
+    return compute_statistics_plan(schema, properties), parquet_path_to_id_mapping(schema)
 
 
 def open_parquet(io, path: str, schema: "pa.Schema", options: dict) -> tuple:

@@ -275,31 +275,31 @@ class TableFiles:
         pyiceberg's ``write_file`` does, that set-up made once for all of them (pyiceberg makes it
         per file, a tenth of a small table's merge); pyiceberg ``DataFile`` s."""
         import pyarrow as pa
-        from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs, compute_statistics_plan, parquet_path_to_id_mapping
+        from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs
         from pyiceberg.table import TableProperties
         from pyiceberg.table.locations import load_location_provider
         from pyiceberg.typedef import Record
         from pyiceberg.utils.properties import property_as_int
 
-        from cdclake.lake.files import close_parquet, open_parquet
+        from cdclake.lake.files import close_parquet, open_parquet, parquet_statistics
 
-        props, schema = metadata.properties, metadata.schema()
+        props = metadata.properties
         location = load_location_provider(table_location=metadata.location, table_properties=props)
-        options, statistics = _get_parquet_writer_kwargs(props), (compute_statistics_plan(schema, props),
-                                                                  parquet_path_to_id_mapping(schema))
+        options, statistics = _get_parquet_writer_kwargs(props), parquet_statistics(metadata.schema(), props)
         group_rows = property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
                                      TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
-        out = []
+        files = []
         for task in tasks:
             path = location.new_data_location(data_file_name=task.generate_data_file_filename("parquet"),
                                               partition_key=task.partition_key)
             # without schema-level metadata, as write_file's projection leaves it
             rows = pa.Table.from_batches(task.record_batches, schema=arrow).replace_schema_metadata(None)
-            stream = open_parquet(self.table.io, path, rows.schema, options)
-            stream[2].write_table(rows, row_group_size=group_rows)
-            out.append(close_parquet(*stream, path, task.partition_key.partition if task.partition_key else Record(),
-                                     metadata.default_spec_id, statistics))
-        return out
+            out, sink, writer = open_parquet(self.table.io, path, rows.schema, options)
+            writer.write_table(rows, row_group_size=group_rows)
+            files.append(close_parquet(out, sink, writer, path,
+                                       task.partition_key.partition if task.partition_key else Record(),
+                                       metadata.default_spec_id, statistics))
+        return files
 
     def _write_deletes(self, part: list[tuple[str, int]], bucket: Optional[int]):
         """A position delete file of ``part`` (sorted ``(data file, position)`` pairs) in ``bucket``,
