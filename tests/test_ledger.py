@@ -3,7 +3,7 @@
 A record appended late, stamped inside an hour already landed, lands in the next landed hour; a run
 after hours the scheduler missed lands every record since the last range; a backfill between
 landed hours takes the gap between their ranges; a rerun re-reads exactly its ranges; and the
-land gate proves, for the window and for each partition's whole ledger, that nothing fell between
+land gate proves, for the window and each partition's ranges next to it, that nothing fell between
 two ranges (``cdclake.kafka_ranges``, ``cdclake.land``, ``cdclake.gates``).
 """
 from __future__ import annotations
@@ -170,6 +170,34 @@ def test_the_land_gate_fails_on_a_gap_in_the_ledger(stack, spark, unique):
     text = str(err.value)
     assert "ledger: expect_column_values_to_be_in_set column=gaps" in text
     assert "offsets: expect_column_values_to_be_between column=manifest_start" in text
+
+
+def test_land_and_its_gate_read_the_ledger_around_the_window_not_every_hour_kept(stack, spark, unique):
+    """Land's plan and the land gate read a window's ledger ranges and each partition's nearest range
+    on either side (``cdclake.lake.ledger_around``): the hour on each side after hourly runs, however
+    many hours the ledger keeps; farther hours only where those are missing, and the gate then
+    finds the gaps between them."""
+    from cdclake.catalog import qualified
+    from cdclake.gates import land_frames
+    from cdclake.lake import MANIFEST_TABLE, ledger_around
+    from cdclake.land import land
+
+    topic = f"around.{unique}"
+    cfg = _cfg(unique, topic)
+    produce(stack["bootstrap"], topic, [(0, _h(h) + i, None, f"{h}-{i}") for h in range(6) for i in range(2)])
+    assert land(spark, cfg, _window(0, 6, topic)) == {topic: 12}
+
+    def around(a: int, b: int) -> list:
+        rows = ledger_around(cfg, [(topic, 0)], hour(a), hour(b))
+        return list(zip(*(rows.column(c).to_pylist() for c in ("landed_hour", "start_offset", "end_offset"))))
+
+    assert around(2, 4) == [(hour(h), 2 * h, 2 * h + 2) for h in (1, 2, 3, 4)]
+    assert around(0, 1) == [(hour(0), 0, 2), (hour(1), 2, 4)]
+    assert land_frames(cfg, _window(3, 4, topic))["ledger"].iloc[0][["ranges", "gaps", "overlaps"]].tolist() == [3, 0, 0]
+    spark.sql(f"DELETE FROM {qualified(cfg, MANIFEST_TABLE)} WHERE kafka_topic = '{topic}' "
+              f"AND landed_hour IN (TIMESTAMP '{hour(1).isoformat()}', TIMESTAMP '{hour(3).isoformat()}')")
+    assert around(2, 3) == [(hour(0), 0, 2), (hour(2), 4, 6), (hour(4), 8, 10)]
+    assert land_frames(cfg, _window(2, 3, topic))["ledger"].iloc[0][["ranges", "gaps", "overlaps"]].tolist() == [3, 2, 0]
 
 
 def test_land_waits_for_the_settle_time(stack, spark, unique):

@@ -64,8 +64,9 @@ TOPIC = TOPICS[0]
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = REPO / "docs" / "screenshots"
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
-#: The hand-made ledger range of the failing run: an hour long past, overlapping the first hour's range.
-BOGUS_HOUR = "2000-01-01T00:00:00+00:00"
+#: The hand-made ledger range of the failing run: its own hour, overlapping the first hour's range
+#: (the land gate checks a window's ranges against the hour before it and the hour after it).
+BOGUS_HOUR = "2024-01-01T01:00:00+00:00"
 
 
 class Api:
@@ -238,7 +239,8 @@ def assert_silver_equals_source(prod, until_hour: int) -> None:
 
 def edit_ledger(cfg, add: bool) -> None:
     """Add (or remove) a hand-made ledger range: partition 0 of the topic, offsets [0, 1) in
-    :data:`BOGUS_HOUR`, overlapping the range the first hour took."""
+    :data:`BOGUS_HOUR`, overlapping the range the first hour took (removing takes every range of
+    that hour: land re-read the hand-made one as the hour's range)."""
     import datetime as dt
 
     import pyarrow as pa

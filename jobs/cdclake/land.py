@@ -41,7 +41,7 @@ from cdclake.faults import kill_point
 from cdclake.kafka_ranges import FutureStamped, OffsetRange, Piece
 from cdclake.lake import (FILES_DDL, MANIFEST_SCHEMA, MANIFEST_TABLE, RAW_SCHEMA, RAW_TABLE, HourFileWriter,
                           arrow_schema, commit_hours, data_files, ensure_raw_tables, file_batch, hour_table,
-                          read_hours, write_local)
+                          ledger_around, write_local)
 from cdclake.results import LandResult
 from cdclake.window import UTC, Window
 
@@ -78,27 +78,11 @@ def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window, parts: list
 
     The ledger gives, per partition, its ranges inside the window, the end of its latest range
     before the window and the start of its earliest range after it
-    (:func:`cdclake.kafka_ranges.plan_partition`): first from the window and the hour on each side
-    of it (a run after the hour before: the ledger's files of those hours only); then, for the
-    partitions that have no range in the hour before (or after) it, from every earlier (later)
-    hour of their topics, which Iceberg skips by partition where there is none. The ledger's rows
-    are read by the driver (:func:`cdclake.lake.read_hours`): a file per topic and hour, a few
-    hundred bytes each.
+    (:func:`cdclake.kafka_ranges.plan_partition`), as :func:`cdclake.lake.ledger_around` reads
+    them: the window's files and the hour on each side of it, and every earlier (later) hour only
+    for the topics of partitions without a range in the hour before (after) it.
     """
-    hour = dt.timedelta(hours=1)
-    start, end = window.start, window.end
-    topics = sorted({t for t, _ in parts})
-    columns = ["kafka_topic", "kafka_partition", "landed_hour", "start_offset", "end_offset", "records"]
-    near = _ledger_bounds(read_hours(cfg, MANIFEST_TABLE, topics, start - hour, end + hour, columns), window)
-    no_prev = sorted({t for t, p in parts if near.get((t, p), (None,))[0] is None})
-    no_next = sorted({t for t, p in parts if near.get((t, p), (None, None))[1] is None})
-    far = {}
-    if no_prev:
-        far = _ledger_bounds(read_hours(cfg, MANIFEST_TABLE, no_prev, None, start - hour, columns), window)
-    if no_next:
-        for tp, (_, next_start, _) in _ledger_bounds(read_hours(cfg, MANIFEST_TABLE, no_next, end + hour, None,
-                                                                columns), window).items():
-            far[tp] = (far.get(tp, (None,))[0], next_start, [])
+    near = _ledger_bounds(ledger_around(cfg, parts, window.start, window.end), window)
     inside: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
     landed: dict[tuple[str, int, int], int] = {}
     for tp, (_, _, ranges) in near.items():
@@ -109,10 +93,7 @@ def plan(spark: "SparkSession", cfg: PipelineConfig, window: Window, parts: list
     pieces = {}
     for tp in parts:
         prev_end, next_start, _ = near.get(tp, (None, None, []))
-        far_prev, far_next, _ = far.get(tp, (None, None, []))
-        pieces[tp] = kafka_ranges.plan_partition(tp[0], tp[1], hours, inside.get(tp, {}),
-                                                 far_prev if prev_end is None else prev_end,
-                                                 far_next if next_start is None else next_start)
+        pieces[tp] = kafka_ranges.plan_partition(tp[0], tp[1], hours, inside.get(tp, {}), prev_end, next_start)
     return pieces, landed
 
 

@@ -21,7 +21,10 @@ Frames (one row each per the grain named):
   ``landed_distinct``, ``out_of_range`` and ``expired`` (counted in the raw table: rows, distinct
   offsets, offsets outside the range, offsets below the log start), ``landed_present`` (landed
   minus expired).
-- land, ``ledger`` (topic, partition): the partition's whole ledger in hour order: ``ranges``,
+- land, ``ledger`` (topic, partition): the partition's ranges around the window in hour order
+  (:func:`cdclake.lake.ledger_around`: its latest hour before the window, the window's hours and
+  its earliest hour after it; each hour's gate checks its window against its neighbours, so a
+  gate reads as much ledger after a year as after a day): ``ranges``,
   ``gaps`` and ``overlaps`` (a range starting after or before the end of the one before it),
   ``backwards`` (end before start), ``first_start``, ``last_end``, ``log_start``, ``log_end`` and
   ``expired_offsets`` (ledger offsets the broker no longer has: reported, not a failure).

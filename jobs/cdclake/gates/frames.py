@@ -15,8 +15,8 @@ from typing import Optional
 
 from cdclake.catalog import pyiceberg_catalog
 from cdclake.config import PipelineConfig
-from cdclake.lake import (BRONZE_TABLE, CONTROL_TABLE, MANIFEST_TABLE, PRIMARY_KEY_PROPERTY, QUARANTINE_TABLE,
-                          RAW_TABLE, SourceTable, read_hours, resolve_legacy_name)
+from cdclake.lake import (BRONZE_TABLE, CONTROL_TABLE, PRIMARY_KEY_PROPERTY, QUARANTINE_TABLE, RAW_TABLE,
+                          SourceTable, ledger_around, read_hours, resolve_legacy_name)
 from cdclake.window import Window
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,12 @@ def land_frames(cfg: PipelineConfig, window: Window) -> dict:
     topics = list(window.topics or cfg.topics())
     cat = pyiceberg_catalog(cfg.catalog)
     keys = ["kafka_topic", "kafka_partition", "landed_hour"]
-    ledger = _scan(cfg, cat, MANIFEST_TABLE, None, topics, tuple(keys) + ("start_offset", "end_offset", "records"))
+    k = cfg.kafka
+    parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
+    ledger = ledger_around(cfg, parts, window.start, window.end, cat).to_pandas()
     raw = _scan(cfg, cat, RAW_TABLE, window, topics, tuple(keys) + ("kafka_offset",))
     for df in (ledger, raw):
         df["landed_hour"] = pd.to_datetime(df["landed_hour"], utc=True)
-    ledger = ledger.sort_values(keys, kind="stable").reset_index(drop=True)
     start, end = pd.Timestamp(window.start), pd.Timestamp(window.end)
     inside = ledger[(ledger["landed_hour"] >= start) & (ledger["landed_hour"] < end)]
 
@@ -63,8 +64,6 @@ def land_frames(cfg: PipelineConfig, window: Window) -> dict:
                         & (in_range["kafka_offset"] < in_range["end_offset"])]
     held = in_range.groupby(keys).agg(rows=("kafka_offset", "size"), distinct=("kafka_offset", "nunique"))
     held = {k_: (int(v.rows), int(v.distinct)) for k_, v in held.iterrows()}
-    k = cfg.kafka
-    parts = kafka_ranges.partitions(k.bootstrap_servers, topics, k.timeout_s, k.client)
     wanted: dict[tuple[str, int], list[tuple[int, int]]] = {tp: [] for tp in parts}
     dense: dict[tuple[str, int], list[bool]] = {tp: [] for tp in parts}
     hours: dict[tuple[str, int], list] = {tp: [] for tp in parts}
@@ -97,7 +96,7 @@ def land_frames(cfg: PipelineConfig, window: Window) -> dict:
         frame[c] = frame[c].fillna(-1).astype("int64")
     frame["landed_present"] = frame["landed"] - frame["expired"]
 
-    # ledger: each partition's whole ledger, ranges in hour order
+    # ledger: each partition's ranges around the window, in hour order
     rows = []
     for (t, p), g in ledger.groupby(["kafka_topic", "kafka_partition"], sort=True):
         s, e = g["start_offset"].to_numpy(), g["end_offset"].to_numpy()

@@ -228,6 +228,63 @@ def read_hours(cfg: PipelineConfig, name: str, topics: Iterable[str], start: Opt
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
+#: The offset ledger's columns :func:`ledger_around` reads.
+LEDGER_COLUMNS = ["kafka_topic", "kafka_partition", "landed_hour", "start_offset", "end_offset", "records"]
+
+
+def ledger_around(cfg: PipelineConfig, parts: Iterable[tuple[str, int]], start: dt.datetime, end: dt.datetime,
+                  cat=None) -> "pa.Table":
+    """The offset ledger's rows around the hours ``[start, end)`` for the partitions ``parts``
+    (``(topic, partition)``): every row of those hours, and per partition the rows of its latest
+    hour before ``start`` and of its earliest hour at or after ``end``; columns
+    :data:`LEDGER_COLUMNS` (kafka_topic string, kafka_partition int, landed_hour timestamp[us,
+    UTC], start_offset, end_offset and records int64), sorted by topic, partition and hour.
+
+    Land writes a range for every hour it lands, empty ones included, so after an hourly run the
+    neighbours are the hour on each side: the ledger's files of the window and those two hours are
+    read first (:func:`read_hours`), and every earlier (later) hour only for the topics of the
+    partitions that have no range in the hour before (after) it (a first landing, a backfill after
+    a gap). What is read so grows with the window and the topics, not with the hours kept: land
+    plans from it (:func:`cdclake.land.plan`) and the land gate checks it
+    (:func:`cdclake.gates.land_frames`), each window's ranges against its neighbours.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from cdclake.lake.schemas import MANIFEST_TABLE
+
+    hour = dt.timedelta(hours=1)
+    parts = sorted(set(parts))
+    topics = sorted({t for t, _ in parts})
+    read = [read_hours(cfg, MANIFEST_TABLE, topics, start - hour, end + hour, LEDGER_COLUMNS, cat)]
+
+    def neighbours() -> tuple[dict, dict]:
+        before: dict[tuple[str, int], dt.datetime] = {}
+        after: dict[tuple[str, int], dt.datetime] = {}
+        for rows in read:
+            for t, p, h in zip(*(rows.column(c).to_pylist() for c in LEDGER_COLUMNS[:3])):
+                if h < start and ((t, p) not in before or h > before[(t, p)]):
+                    before[(t, p)] = h
+                elif h >= end and ((t, p) not in after or h < after[(t, p)]):
+                    after[(t, p)] = h
+        return before, after
+
+    before, after = neighbours()
+    no_before = sorted({t for t, p in parts if (t, p) not in before})
+    no_after = sorted({t for t, p in parts if (t, p) not in after})
+    if no_before:
+        read.append(read_hours(cfg, MANIFEST_TABLE, no_before, None, start - hour, LEDGER_COLUMNS, cat))
+    if no_after:
+        read.append(read_hours(cfg, MANIFEST_TABLE, no_after, end + hour, None, LEDGER_COLUMNS, cat))
+    if len(read) > 1:
+        before, after = neighbours()
+    rows = pa.concat_tables(read)
+    keep = [start <= h < end or h == before.get((t, p)) or h == after.get((t, p))
+            for t, p, h in zip(*(rows.column(c).to_pylist() for c in LEDGER_COLUMNS[:3]))]
+    rows = rows.filter(pa.array(keep, pa.bool_()))
+    return rows.take(pc.sort_indices(rows, [(c, "ascending") for c in LEDGER_COLUMNS[:3]]))
+
+
 #: Rows of the Arrow batches :func:`read_splits` yields (Spark's ``arrow.maxRecordsPerBatch``).
 READ_BATCH_ROWS = 10_000
 
