@@ -105,11 +105,13 @@ $(FLINK_VENV)/.installed: bench/requirements-flink.txt
 	$(FLINK_VENV)/bin/python -m pip install -q --require-hashes -r bench/requirements-flink.txt
 	touch $@
 
-# The formats' hour with its references and peers, then the cost per table (bench-tables).
+# The formats' hour with its references and peers, then the cost per table (bench-tables) at
+# BENCH_TABLES tables (BENCH_TABLES=100,1000,3000: about 11 minutes more on 2 cores).
 BENCH_ARGS ?=
+BENCH_TABLES ?= 100,1000
 bench: venv $(FLINK_VENV)/.installed
 	CDC_STATE_DIR=$(CURDIR)/.state/bench $(PY) -m bench.run $(BENCH_ARGS)
-	$(MAKE) bench-tables BENCH_ARGS=
+	$(MAKE) bench-tables BENCH_ARGS= TABLES=$(BENCH_TABLES)
 
 # The cost per source table: an hour of TABLES tables (comma list), one Debezium topic each (bench/tables.py).
 TABLES ?= 100
