@@ -41,15 +41,18 @@ def window() -> dict:
 
 def params(topics: list[str]) -> dict:
     """The DAG's params: ``start`` and ``end`` (date-time fields, an ISO-8601 hour or empty) and
-    ``topics`` (a choice among the pipeline's ``topics``; empty: all)."""
+    ``topics`` (a choice among the pipeline's ``topics``; empty or null: all). The Trigger form
+    renders ``topics`` as a multi-select of the pipeline's topics (an array param with
+    ``examples``), which sends null once every choice is removed."""
     return {
         "start": Param(None, type=["null", "string"], format="date-time", pattern=ISO_HOUR, title="Window start",
                        description="Backfill from this hour (UTC, ISO-8601, e.g. 2024-01-01T03:00:00Z); "
                                    "empty with end empty: the scheduled hour"),
         "end": Param(None, type=["null", "string"], format="date-time", pattern=ISO_HOUR, title="Window end",
                      description="Backfill up to this hour, exclusive (UTC, ISO-8601)"),
-        "topics": Param([], type="array", items={"type": "string", "enum": list(topics)}, uniqueItems=True,
-                        title="Topics", description="Topics to process (empty: all of the pipeline)"),
+        "topics": Param([], type=["null", "array"], items={"type": "string", "enum": list(topics)},
+                        examples=list(topics), uniqueItems=True, title="Topics",
+                        description="Topics to process (none chosen: all of the pipeline)"),
     }
 
 

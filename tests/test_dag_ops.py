@@ -103,7 +103,9 @@ def test_form_fields(ops_dag):
     dag, _ = ops_dag
     schema = {k: dag.params.get_param(k).schema for k in ("start", "end", "topics")}
     assert schema["start"]["format"] == schema["end"]["format"] == "date-time"
-    assert schema["topics"]["items"]["enum"] == ["ops.a", "ops.b"]
+    assert schema["topics"]["items"]["enum"] == schema["topics"]["examples"] == ["ops.a", "ops.b"]
+    # the Trigger form's multi-select sends null once every topic is removed: the whole pipeline
+    assert _validated(dag, topics=None)["topics"] is None
 
 
 def test_limits_pool_and_callback_reach_the_tasks(ops_dag):
