@@ -90,6 +90,27 @@ def test_files_written_in_python_are_the_window_spark_reads_and_a_rerun_replaces
     assert summary["cdc.operation"] == "test"
 
 
+def test_a_large_batch_is_written_as_row_groups_of_one_size(spark):
+    """A batch past the row group size is cut into row groups of one size (no small last group); a
+    table whose row groups are sized in Parquet bytes starts from an assumed compression, so that
+    its first row group is not a fraction of the later ones (each a Spark task for its readers)."""
+    import pyarrow.parquet as pq
+
+    cfg = load_pipeline(write_pipeline(f"hourgroups_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
+    ensure_raw_tables(spark, cfg)
+    rows = _batch(_raw_rows(f"hg.{uuid.uuid4().hex[:6]}", H0, 3000))
+    for compressed in (False, True):
+        table = hour_table(cfg, RAW_TABLE, plain=("key", "value"), compressed_groups=compressed)
+        table.__dict__["row_group_bytes"] = rows.nbytes // 5 if not compressed else rows.nbytes // 12
+        (f,) = write_local(table, [rows])
+        with table.io.new_input(f.file_path).open() as stream:
+            meta = pq.ParquetFile(stream).metadata
+            sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert sum(sizes) == 3000 and min(sizes) >= 0.9 * max(sizes), (compressed, sizes)
+        # Arrow bytes over the row group size: about 5 groups; Parquet bytes at the assumed ratio: 12 / 4
+        assert len(sizes) in ((3, 4) if compressed else (5, 6, 7)), (compressed, sizes)
+
+
 def spark_col(name: str):
     from pyspark.sql import functions as F
 

@@ -36,6 +36,10 @@ ROW_GROUP_ARROW_BYTES = 128 << 20
 #: A task's rows buffered in all its files together, in Arrow bytes: past it, the largest buffer
 #: is written out as a row group.
 TASK_BUFFER_BYTES = 256 << 20
+#: Arrow bytes per Parquet byte assumed for a table of ``compressed_groups`` until its writer has
+#: written a row group (bronze's changes compress about 7 to 8 times): so that a file's first row
+#: group is not an eighth of the others, a Spark task of its own for every reader.
+FIRST_COMPRESSION_RATIO = 4.0
 #: Files a task keeps open at once; the least recently written is finished past it (a partition
 #: written again later starts a second file).
 MAX_OPEN_FILES = 64
@@ -214,20 +218,22 @@ class HourFileWriter:
         f.buffered, f.buffered_bytes = [], 0
         if f.writer is None:
             self._start(f)
-        # a buffer past the size (one large batch) is cut into row groups of about the size
-        per_group = max(1, -(-rows.num_rows * self._group_arrow_bytes() // max(1, rows.nbytes)))
+        # a buffer past the size (one large batch) is cut into row groups of about the size, all
+        # of one size (no small last group)
+        groups = max(1, -(-rows.nbytes // self._group_arrow_bytes()))
         before = f.sink.tell()
-        f.writer.write_table(rows, row_group_size=min(rows.num_rows, per_group))
+        f.writer.write_table(rows, row_group_size=max(1, -(-rows.num_rows // groups)))
         self._arrow_written += rows.nbytes
         self._parquet_written += f.sink.tell() - before
 
     def _group_arrow_bytes(self) -> int:
         """Arrow bytes of a row group: ``table.row_group_bytes``; for a table of
         ``compressed_groups``, as many as make that many Parquet bytes by the compression of the
-        rows this writer wrote so far (none yet: as many Arrow bytes), at most :data:`TASK_BUFFER_BYTES`."""
-        if not self.table.compressed_groups or self._parquet_written <= 0:
+        rows this writer wrote so far (none yet: :data:`FIRST_COMPRESSION_RATIO`), at most
+        :data:`TASK_BUFFER_BYTES`."""
+        if not self.table.compressed_groups:
             return self.table.row_group_bytes
-        ratio = self._arrow_written / self._parquet_written
+        ratio = self._arrow_written / self._parquet_written if self._parquet_written > 0 else FIRST_COMPRESSION_RATIO
         return int(min(TASK_BUFFER_BYTES, max(1, self.table.row_group_bytes * max(1.0, ratio))))
 
     def _start(self, f: _File) -> None:
