@@ -71,8 +71,9 @@ __all__ = [
     "BRONZE_SCHEMA", "CHANGE_PYTHON_TYPES", "STAGED_MAPS", "STAGED_SCHEMA", "STAGED_TO_BRONZE", "bronze_frame",
     "bronze_row", "staged_row",
     # files
-    "FILES_DDL", "HourFileWriter", "HourTable", "LEDGER_COLUMNS", "commit_hours", "data_files", "file_batch", "hour_table", "overwrite",
-    "hour_files", "ledger_around", "plan_splits", "read_hours", "read_splits", "stage_replace", "transaction", "write_local",
+    "FILES_DDL", "HourFileWriter", "HourTable", "LEDGER_COLUMNS", "commit_hours", "data_files", "file_batch",
+    "hour_table", "overwrite", "hour_files", "ledger_around", "plan_splits", "read_hours", "read_splits",
+    "stage_replace", "transaction", "write_local",
     # naming
     "KEY_CHANGES_PROPERTY", "MAX_NAME_CHARS", "NAME_HASH_DIGITS", "PRIMARY_KEY_PROPERTY", "SOURCE_TABLE_PROPERTY",
     "SourceTable", "history_namespace", "history_table", "resolve_legacy_name", "short_name", "silver_table",
