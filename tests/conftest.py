@@ -31,7 +31,26 @@ if str(REPO / "plugins") not in sys.path:
 pytest.register_assert_rewrite("helpers")
 
 #: ``shared/`` beside the clone: seeds and conformance vectors, read in place.
-SHARED = Path(os.environ.get("CDC_SHARED_DIR") or REPO.parent / "shared")
+
+
+def _shared_dir() -> Path:
+    """The vendor documents and conformance vectors, kept outside the repository: ``CDC_SHARED_DIR``;
+    else ``shared/`` beside this checkout; else beside the local repository this checkout was
+    cloned from (``git clone . /tmp/x`` runs the suite against the same documents)."""
+    if os.environ.get("CDC_SHARED_DIR"):
+        return Path(os.environ["CDC_SHARED_DIR"])
+    beside = REPO.parent / "shared"
+    if beside.is_dir():
+        return beside
+    import subprocess
+
+    url = subprocess.run(["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+                         capture_output=True, text=True).stdout.strip().removeprefix("file://")
+    origin = Path(url).parent / "shared" if url.startswith("/") else None
+    return origin if origin is not None and origin.is_dir() else beside
+
+
+SHARED = _shared_dir()
 CONFORMANCE = SHARED / "conformance"
 SEEDS = SHARED / "seeds"
 
