@@ -241,3 +241,19 @@ def test_a_first_landing_is_cut_into_shares_exactly(stack, spark, unique, monkey
     ledger = [(r.start_offset, r.end_offset, r.records)
               for r in spark.table(qualified(cfg, MANIFEST_TABLE)).where(f"kafka_topic = '{topic}'").collect()]
     assert ledger == [(before, before + 300, 300)]
+
+
+def test_first_landings_whose_offsets_the_broker_cannot_give_are_named_in_the_error():
+    """A broker that does not answer the lookup of where first landings start (stopped before the
+    task read a record) fails the read naming those partitions, as the other reading errors do."""
+    from cdclake.embedded import free_port
+    from cdclake.errors import KafkaUnavailable
+    from cdclake.kafka_ranges import Piece
+    from cdclake.kafka_read import read_partitions
+    from cdclake.lake import RAW_SCHEMA, arrow_schema
+
+    h = ms(hour(0))
+    plans = [[Piece("gone.t", p, (h,), None, None)] for p in (0, 1)]
+    with pytest.raises(KafkaUnavailable, match=r"^gone\.t\[0\], gone\.t\[1\] \(2 partitions\): the offsets where"):
+        list(read_partitions(f"127.0.0.1:{free_port()}", plans, arrow_schema(RAW_SCHEMA), lambda *a: None,
+                             timeout_s=2.0))

@@ -250,6 +250,11 @@ def split_plans(bootstrap: str, plans: dict[Partition, list[Piece]], weights: di
     return shares, out_weights
 
 
+def _named(parts: list[Partition]) -> str:
+    """``topic[partition]`` of the first five of ``parts``, then `` ...``, and their count."""
+    return f"{', '.join(f'{t}[{p}]' for t, p in parts[:5])}{' ...' if len(parts) > 5 else ''} ({len(parts)} partitions)"
+
+
 def read_partitions(bootstrap: str, plans: list[list[Piece]], schema,
                     done: Callable[[str, int, list[OffsetRange], FutureStamped, bool], None],
                     timeout_s: float = 30.0,
@@ -327,8 +332,8 @@ def read_partitions(bootstrap: str, plans: list[list[Piece]], schema,
         try:
             firsts = _first_starts(cons, wanted, timeout_s)
         except KafkaException as exc:
-            raise KafkaUnavailable(f"offsets of {len(wanted)} partitions' first landings not found: "
-                                   f"{exc.args[0].str()}") from None
+            raise KafkaUnavailable(f"{_named([(t, p) for t, p, _ in wanted])}: the offsets where their first "
+                                   f"landings start not found: {exc.args[0].str()}") from None
         reading: dict[Partition, _Partition] = {}
         for ps in together:
             tp = (ps[0].topic, ps[0].partition)
@@ -345,9 +350,8 @@ def read_partitions(bootstrap: str, plans: list[list[Piece]], schema,
             msgs = cons.consume(num_messages=10_000, timeout=0.001)
             if not msgs:
                 if time.monotonic() - idle_since > timeout_s:
-                    waiting = [f"{t}[{p}]" for (t, p), st in reading.items() if not st.finished]
-                    raise KafkaUnavailable(f"{', '.join(waiting[:5])}{' ...' if len(waiting) > 5 else ''} "
-                                           f"({len(waiting)} partitions): nothing read for {timeout_s:.0f}s "
+                    waiting = [tp for tp, st in reading.items() if not st.finished]
+                    raise KafkaUnavailable(f"{_named(waiting)}: nothing read for {timeout_s:.0f}s "
                                            "(neither records nor end of log)")
                 continue
             idle_since = time.monotonic()
