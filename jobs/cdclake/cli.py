@@ -14,6 +14,7 @@ succeeds, its run metrics are appended to ``bronze.run_metrics`` (:mod:`cdclake.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
@@ -27,14 +28,19 @@ from cdclake.window import Window, make_window
 log = logging.getLogger("cdclake")
 
 
-#: Jobs that run over a pipeline's tables, not over an hour window: ``--pipeline FILE`` only.
-WINDOWLESS = ("maintenance",)
+#: Jobs that run over a pipeline's tables, not over an hour window: ``--pipeline FILE`` (and,
+#: for ``reconcile``, ``--table NAME``, repeatable).
+WINDOWLESS = ("maintenance", "reconcile")
 
 
 def parse_args(stage: str, argv: list[str]) -> argparse.Namespace:
     if stage in WINDOWLESS:
         p = argparse.ArgumentParser(prog=f"{stage}.py", description=f"Run the {stage} job of a CDC pipeline.")
         p.add_argument("--pipeline", required=True, help="pipeline YAML file")
+        if stage == "reconcile":
+            p.add_argument("--table", action="append", default=[],
+                           help="silver table (in silver.namespace) to reconcile; repeatable (default: "
+                                "reconcile.tables, else every silver table)")
         return p.parse_args(argv)
     p = argparse.ArgumentParser(prog=f"{stage}.py", description=f"Run the {stage} stage of a CDC pipeline for an hour window.")
     p.add_argument("--pipeline", required=True, help="pipeline YAML file")
@@ -73,6 +79,8 @@ def main(stage: str, run: Callable[[PipelineConfig, Optional[Window]], object], 
     args = parse_args(stage, sys.argv[1:] if argv is None else argv)
     try:
         cfg, window = load(args)
+        if getattr(args, "table", None):
+            run = functools.partial(run, tables=list(args.table))
         check_catalog(cfg.catalog)
         log.info("%s: pipeline %s, window %s, topics %s", stage, cfg.name, window if window is not None else "-",
                  list((window.topics if window is not None else None) or cfg.topics()))
@@ -140,5 +148,25 @@ def maintenance_job() -> Callable[[PipelineConfig, Optional[Window]], object]:
         finally:
             spark.stop()
         return f"{len(steps)} step(s)"
+
+    return run
+
+
+def reconcile_job() -> Callable[..., object]:
+    """The run of ``jobs/reconcile.py`` and ``python -m cdclake reconcile``:
+    :func:`cdclake.reconcile.reconcile` of the pipeline's tables (``tables``: the ``--table``
+    arguments, else ``reconcile.tables``, else every silver table) in its own Spark session.
+    Drift raises :class:`cdclake.errors.DriftFound`: exit 1 with ``error: drift found: ...``."""
+
+    def run(cfg: PipelineConfig, window: Optional[Window] = None, tables: Optional[list[str]] = None):
+        from cdclake.catalog import spark_session
+        from cdclake.reconcile import reconcile
+
+        spark = spark_session(cfg, app_name=f"cdc-{cfg.name}-reconcile")
+        try:
+            results = reconcile(spark, cfg, tables)
+        finally:
+            spark.stop()
+        return "; ".join(f"{r.silver_table} {r.status}" for r in results) or "no silver tables"
 
     return run

@@ -132,6 +132,12 @@ class SchemaChangeError(SilverError):
     """An incompatible column type change (e.g. bigint → string) for one table."""
 
 
+class DriftFound(RuntimeError):
+    """Reconciliation found keys whose silver row differs from the source table's, with no change
+    of them in Kafka after the offset ledger (:mod:`cdclake.reconcile`); the message names the
+    tables, the counts and the first keys."""
+
+
 class NotFileLevel(Exception):
     """A table or batch the file-level merge (:mod:`cdclake.silver.small`) does not take: the
     message says what; the table is merged by Spark's MERGE instead. Never leaves the silver stage."""
@@ -151,6 +157,7 @@ EXIT_CODES: dict[type, int] = {
     WriterLockError: STAGE_FAILED,
     CatalogLocked: STAGE_FAILED,
     RunError: STAGE_FAILED,
+    DriftFound: STAGE_FAILED,
 }
 
 

@@ -184,8 +184,9 @@ def _registry_section(source: Any) -> Optional[dict]:
 
 def connection_ids(cfg: "PipelineConfig") -> list[str]:
     """The connection ids a pipeline names (``kafka.connection``, ``catalog.connection``, a source's
-    ``options.schema_registry.connection``)."""
+    ``options.schema_registry.connection``, ``reconcile.connection``)."""
     registries = [_registry_section(s.model_dump()) for s in cfg.sources]
-    return list(dict.fromkeys(c for c in (cfg.kafka.connection, cfg.catalog.connection,
+    reconcile = cfg.reconcile.connection if cfg.reconcile is not None else None
+    return list(dict.fromkeys(c for c in (cfg.kafka.connection, cfg.catalog.connection, reconcile,
                                           *(str(r["connection"]) for r in registries if r and r.get("connection")))
                               if c))

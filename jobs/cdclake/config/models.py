@@ -1,5 +1,5 @@
 """The sections of a pipeline file as pydantic models, validated on load: Kafka, catalog, sources,
-land, normalize, locks, silver, gates, Spark, Airflow and maintenance, and the whole
+land, normalize, locks, silver, gates, Spark, Airflow, maintenance and reconcile, and the whole
 :class:`PipelineConfig`. Secret settings are masked in their ``repr``.
 """
 from __future__ import annotations
@@ -302,6 +302,34 @@ class MaintenanceConfig(_Model):
     rewrite_data_files: bool = True
 
 
+class ReconcileConfig(_Model):
+    """Reconciliation of silver tables against their source database (:mod:`cdclake.reconcile`,
+    ``python -m cdclake reconcile``, the ``reconcile`` task of the maintenance DAG).
+
+    ``connection``: the Airflow connection id of the source database (``conn_type`` ``postgres``
+    or ``mysql``; host, port, login, password; its ``schema`` names the PostgreSQL database to
+    read, else the database the silver table's ``cdc.source-table`` names).
+    ``tables``: the silver tables the daily task reconciles (names in ``silver.namespace``; empty:
+    every silver table of the namespace). ``source_tables``: ``{silver table: "schema.table"}``
+    (PostgreSQL) or ``"database.table"`` (MySQL/MariaDB) where the source table is not the one
+    ``cdc.source-table`` names.
+    ``buckets``: hash buckets of the primary key compared per round (a differing bucket is split
+    into this many again). ``fetch_rows``: differing buckets holding at most this many rows (on
+    the larger side) are fetched by key from both sides and compared row by row.
+    ``max_samples``: drifted keys kept in the result row (default 100).
+    ``kafka_timeout_s``: seconds without a record before reading a topic partition to its end
+    (for the in-flight keys) fails.
+    """
+
+    connection: str
+    tables: list[str] = Field(default_factory=list)
+    source_tables: dict[str, str] = Field(default_factory=dict)
+    buckets: int = Field(64, ge=2, le=4096)
+    fetch_rows: int = Field(20_000, ge=1)
+    max_samples: int = Field(100, ge=0)
+    kafka_timeout_s: float = Field(30.0, gt=0)
+
+
 class PipelineConfig(_Model):
     """One pipeline file. ``name`` defaults to the file stem."""
 
@@ -317,6 +345,7 @@ class PipelineConfig(_Model):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    reconcile: Optional[ReconcileConfig] = None
     path: Optional[str] = None
 
     @field_validator("sources")

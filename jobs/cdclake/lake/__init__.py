@@ -13,6 +13,7 @@ table                          rows                                             
 ``bronze.control_events``      DDL, tombstones, heartbeats: recognised, not rows     :data:`CONTROL_SCHEMA`
 ``bronze.schema_registry``     table definitions from metadata messages (Qlik)       :data:`REGISTRY_SCHEMA`
 ``bronze.run_metrics``         one row per stage run, topic (and silver table)       :data:`RUN_METRICS_SCHEMA`
+``bronze.reconciliation``      one row per silver table and reconciliation run       :data:`RECONCILIATION_SCHEMA`
 ``<silver>.<name>``            one table per source table (:func:`silver_table`)     source columns +
                                                                                      :data:`META_COLUMNS`
 ``<silver>_tombstones.<name>`` deletes and truncates of a silver table               :data:`TOMBSTONE_SCHEMA`
@@ -54,18 +55,18 @@ from cdclake.lake.naming import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, NAME_HASH
 from cdclake.lake.schemas import (BRONZE_TABLE, CONTROL_SCHEMA, CONTROL_TABLE, HISTORY_META, KAFKA_COLUMNS,
                                   LAST_CHANGE_COLUMNS, MANIFEST_SCHEMA, MANIFEST_TABLE, META_COLUMNS, ORDER_STRUCT,
                                   ORDER_TYPE, QUARANTINE_SCHEMA, QUARANTINE_TABLE, RAW_SCHEMA, RAW_TABLE,
-                                  REGISTRY_SCHEMA, REGISTRY_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE,
+                                  RECONCILIATION_SCHEMA, RECONCILIATION_TABLE, REGISTRY_SCHEMA, REGISTRY_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE,
                                   SOFT_DELETE_COLUMN, TOMBSTONE_SCHEMA, arrow_schema, column_ddl, ddl)
 from cdclake.lake.tables import (BRONZE_ROW_GROUP_BYTES, BRONZE_TABLES, BRONZE_WRITE_ORDER,
                                  RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES, ensure_bronze_tables, ensure_raw_tables,
-                                 ensure_run_metrics_table, ensure_tombstone_table, table_exists,
+                                 ensure_reconciliation_table, ensure_run_metrics_table, ensure_tombstone_table, table_exists,
                                  window_filter)
 
 __all__ = [
     # schemas
     "BRONZE_TABLE", "CONTROL_SCHEMA", "CONTROL_TABLE", "HISTORY_META", "KAFKA_COLUMNS", "LAST_CHANGE_COLUMNS",
     "MANIFEST_SCHEMA", "MANIFEST_TABLE", "META_COLUMNS", "ORDER_STRUCT", "ORDER_TYPE", "QUARANTINE_SCHEMA",
-    "QUARANTINE_TABLE", "RAW_SCHEMA", "RAW_TABLE", "REGISTRY_SCHEMA", "REGISTRY_TABLE", "RUN_METRICS_SCHEMA",
+    "QUARANTINE_TABLE", "RAW_SCHEMA", "RAW_TABLE", "RECONCILIATION_SCHEMA", "RECONCILIATION_TABLE", "REGISTRY_SCHEMA", "REGISTRY_TABLE", "RUN_METRICS_SCHEMA",
     "RUN_METRICS_TABLE", "SOFT_DELETE_COLUMN", "TOMBSTONE_SCHEMA", "arrow_schema", "column_ddl", "ddl",
     # changes
     "BRONZE_SCHEMA", "CHANGE_PYTHON_TYPES", "STAGED_MAPS", "STAGED_SCHEMA", "STAGED_TO_BRONZE", "bronze_frame",
@@ -80,6 +81,7 @@ __all__ = [
     "table_location", "tombstone_namespace", "tombstone_table",
     # tables
     "BRONZE_ROW_GROUP_BYTES", "BRONZE_TABLES", "BRONZE_WRITE_ORDER", "RAW_ROW_GROUP_BYTES",
-    "RAW_SPLIT_BYTES", "ensure_bronze_tables", "ensure_raw_tables", "ensure_run_metrics_table",
+    "RAW_SPLIT_BYTES", "ensure_bronze_tables", "ensure_raw_tables", "ensure_reconciliation_table",
+    "ensure_run_metrics_table",
     "ensure_tombstone_table", "table_exists", "window_filter",
 ]

@@ -21,6 +21,7 @@ QUARANTINE_TABLE = "bronze.quarantine"
 CONTROL_TABLE = "bronze.control_events"
 REGISTRY_TABLE = "bronze.schema_registry"
 RUN_METRICS_TABLE = "bronze.run_metrics"
+RECONCILIATION_TABLE = "bronze.reconciliation"
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -123,6 +124,27 @@ RUN_METRICS_SCHEMA = StructType([
     StructField("keys_deleted", LongType()), StructField("newest_source_ts", TimestampType()),
     StructField("lag_s", DoubleType()), StructField("duration_s", DoubleType()),
     StructField("future_stamped", LongType()),
+])
+
+
+#: ``bronze.reconciliation``: one row per silver table and reconciliation run
+#: (:mod:`cdclake.reconcile`), appended. ``run_at``: when the run finished (UTC);
+#: ``silver_table``: the name in ``silver.namespace``; ``source_table``: the server, database and
+#: table read; ``status``: ``in sync``, ``in flight`` or ``drift``; ``rows_source``,
+#: ``rows_silver``: rows on each side (silver: not deleted); ``buckets_compared``,
+#: ``buckets_differing``: key-hash buckets compared and found differing, over all rounds;
+#: ``keys_in_flight``: differing keys Kafka holds a change of after the offset ledger's end;
+#: ``keys_drifted``: the other differing keys; ``drift_samples``: up to ``reconcile.max_samples``
+#: of them, each a JSON object of the key columns' canonical texts; ``bytes_read_source``: bytes
+#: of the results fetched from the source database; ``duration_s``: seconds.
+RECONCILIATION_SCHEMA = StructType([
+    StructField("run_at", TimestampType()), StructField("pipeline", StringType()),
+    StructField("silver_table", StringType()), StructField("source_table", StringType()),
+    StructField("status", StringType()), StructField("rows_source", LongType()), StructField("rows_silver", LongType()),
+    StructField("buckets_compared", LongType()), StructField("buckets_differing", LongType()),
+    StructField("keys_in_flight", LongType()), StructField("keys_drifted", LongType()),
+    StructField("drift_samples", ArrayType(StringType())), StructField("bytes_read_source", LongType()),
+    StructField("duration_s", DoubleType()),
 ])
 
 

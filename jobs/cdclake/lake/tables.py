@@ -17,7 +17,8 @@ from cdclake.lake.changes import BRONZE_SCHEMA
 from cdclake.lake.naming import SourceTable, table_location, tombstone_namespace, tombstone_table
 from cdclake.lake.schemas import (BRONZE_TABLE, CONTROL_SCHEMA, CONTROL_TABLE, MANIFEST_SCHEMA, MANIFEST_TABLE,
                                   QUARANTINE_SCHEMA, QUARANTINE_TABLE, RAW_SCHEMA, RAW_TABLE, REGISTRY_SCHEMA,
-                                  REGISTRY_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, TOMBSTONE_SCHEMA, column_ddl,
+                                  RECONCILIATION_SCHEMA, RECONCILIATION_TABLE, REGISTRY_TABLE,
+                                  RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, TOMBSTONE_SCHEMA, column_ddl,
                                   ddl)
 from cdclake.window import Window
 
@@ -140,6 +141,14 @@ def ensure_run_metrics_table(spark: "SparkSession", cfg: PipelineConfig) -> None
     ensure_namespace(spark, cfg, "bronze")
     _create(spark, cfg, RUN_METRICS_TABLE, RUN_METRICS_SCHEMA, "days(run_at)")
     _add_columns(spark, cfg, RUN_METRICS_TABLE, RUN_METRICS_SCHEMA)
+
+
+def ensure_reconciliation_table(spark: "SparkSession", cfg: PipelineConfig) -> None:
+    """Create ``bronze.reconciliation`` (:data:`RECONCILIATION_SCHEMA`, partitioned by
+    days(run_at)) when missing; a table made by an earlier version gets the columns added since."""
+    ensure_namespace(spark, cfg, "bronze")
+    _create(spark, cfg, RECONCILIATION_TABLE, RECONCILIATION_SCHEMA, "days(run_at)")
+    _add_columns(spark, cfg, RECONCILIATION_TABLE, RECONCILIATION_SCHEMA)
 
 
 # --- silver's tombstone tables -----------------------------------------------------------------
