@@ -39,6 +39,7 @@ import datetime as dt
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
@@ -55,7 +56,7 @@ from cdclake.types import quote_ident
 from cdclake.window import UTC
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +137,8 @@ def _connection(cfg: PipelineConfig, connections: Optional[Connections]) -> tupl
 
 
 class _Silver:
-    """The silver side: the table's rows with key hash ``hk``, row hash ``hr``, key text ``kt``
-    and the key columns' canonical texts ``k0..kn``, cached for the rounds."""
+    """The silver side: the table's rows as key hash ``hk`` and row hash ``hr`` (two longs per
+    row, cached for the rounds); the key texts only of the rows fetched at the end."""
 
     def __init__(self, spark: "SparkSession", name: str, key: list[Column], columns: list[Column]):
         from pyspark.sql import functions as F
@@ -152,32 +153,33 @@ class _Silver:
 
         if SOFT_DELETE_COLUMN in types:
             df = df.where(~F.coalesce(F.col(SOFT_DELETE_COLUMN), F.lit(False)))
-        key_cols = [silver_col(c) for c in key]
-        kt = spark_text(key_cols)
-        self.df = df.select(spark_hash(kt).alias("hk"), spark_hash(spark_text([silver_col(c) for c in columns]))
-                            .alias("hr"), kt.alias("kt"),
-                            *(spark_value(*kc).alias(f"k{i}") for i, kc in enumerate(key_cols))).persist()
-        self.key_count = len(key)
-
-    def _within(self, modulus: int, buckets: list[int]) -> "DataFrame":
-        from pyspark.sql import functions as F
-
-        return self.df.where((F.col("hk") % F.lit(modulus)).isin(buckets))
+        self.key_cols = [silver_col(c) for c in key]
+        self.kt = spark_text(self.key_cols)
+        self.rows = df.select(spark_hash(self.kt).alias("_cdc_hk"), "*")
+        self.hashes = self.rows.select(F.col("_cdc_hk").alias("hk"), spark_hash(spark_text(
+            [silver_col(c) for c in columns])).alias("hr")).persist()
+        self.row_hash = spark_hash(spark_text([silver_col(c) for c in columns]))
 
     def bucket_sums(self, modulus: int, parents: Optional[tuple[int, list[int]]]) -> dict[int, BucketSums]:
         from pyspark.sql import functions as F
 
-        df = self.df if parents is None else self._within(*parents)
+        df = self.hashes
+        if parents is not None:
+            df = df.where((F.col("hk") % F.lit(parents[0])).isin(parents[1]))
         rows = (df.groupBy((F.col("hk") % F.lit(modulus)).alias("b"))
                 .agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("hr").cast("decimal(38,0)")).alias("s")).collect())
         return {int(r["b"]): BucketSums(int(r["n"]), int(r["s"])) for r in rows}
 
     def bucket_rows(self, modulus: int, buckets: list[int]) -> dict[str, tuple[int, list[Optional[str]]]]:
-        rows = self._within(modulus, buckets).collect()
-        return {r["kt"]: (int(r["hr"]), [r[f"k{i}"] for i in range(self.key_count)]) for r in rows}
+        from pyspark.sql import functions as F
+
+        rows = (self.rows.where((F.col("_cdc_hk") % F.lit(modulus)).isin(buckets))
+                .select(self.kt.alias("kt"), self.row_hash.alias("hr"),
+                        *(spark_value(*kc).alias(f"k{i}") for i, kc in enumerate(self.key_cols))).collect())
+        return {r["kt"]: (int(r["hr"]), [r[f"k{i}"] for i in range(len(self.key_cols))]) for r in rows}
 
     def close(self) -> None:
-        self.df.unpersist()
+        self.hashes.unpersist()
 
 
 def _source_of(cfg: PipelineConfig, name: str, props: dict, dialect: str) -> tuple[SourceTable, Optional[str], str]:
@@ -252,8 +254,10 @@ def _compare(db: SourceDatabase, silver: _Silver, where: Optional[str], table: s
     modulus, parents = buckets, None
     while True:
         result.rounds += 1
-        src = db.bucket_sums(where, table, key, columns, modulus, parents)
-        sil = silver.bucket_sums(modulus, parents)
+        with ThreadPoolExecutor(1) as pool:  # the database and Spark at the same time
+            pending = pool.submit(db.bucket_sums, where, table, key, columns, modulus, parents)
+            sil = silver.bucket_sums(modulus, parents)
+            src = pending.result()
         if parents is None:
             result.rows_source = sum(b.rows for b in src.values())
             result.rows_silver = sum(b.rows for b in sil.values())
@@ -267,8 +271,10 @@ def _compare(db: SourceDatabase, silver: _Silver, where: Optional[str], table: s
         if size <= fetch_rows or modulus * buckets > MAX_MODULUS:
             break
         parents, modulus = (modulus, diff), modulus * buckets
-    src_rows = db.bucket_rows(where, table, key, columns, modulus, diff)
-    sil_rows = silver.bucket_rows(modulus, diff)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(db.bucket_rows, where, table, key, columns, modulus, diff)
+        sil_rows = silver.bucket_rows(modulus, diff)
+        src_rows = pending.result()
     differing, samples = [], {}
     for kt in sorted(set(src_rows) | set(sil_rows)):
         a, b = src_rows.get(kt), sil_rows.get(kt)

@@ -29,7 +29,12 @@ log = logging.getLogger(__name__)
 def ledger_ends(cfg: PipelineConfig, topics: list[str]) -> dict[tuple[str, int], int]:
     """``{(topic, partition): end offset of its latest landed range}`` from the offset ledger
     (``raw.land_manifest``, :data:`cdclake.lake.MANIFEST_SCHEMA`); a partition never landed is absent."""
-    rows = read_hours(cfg, MANIFEST_TABLE, topics, columns=["kafka_topic", "kafka_partition", "end_offset"])
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        rows = read_hours(cfg, MANIFEST_TABLE, topics, columns=["kafka_topic", "kafka_partition", "end_offset"])
+    except NoSuchTableError:  # nothing landed yet
+        return {}
     ends: dict[tuple[str, int], int] = {}
     for t, p, e in zip(*(rows.column(c).to_pylist() for c in rows.column_names)):
         if e is not None and e > ends.get((t, p), -1):
