@@ -9,6 +9,8 @@
 #                 "--jfr 25": the last round's 25 hottest JVM methods, from the JDK's Flight Recorder;
 #                 "--floor": each round beside the plainest query for the hour, each key's latest image)
 #   make cluster - a Spark standalone master and worker on loopback; make cluster-stop ends them
+#   make reconcile PIPELINE=p [TABLE=t] - compare silver tables with their source database (exit 1 on drift)
+#   make bench-reconcile - reconciliation of a 1M-row PostgreSQL table (bench/reconcile.py)
 #   make inspect TOPIC=t - sample a topic, name its format, tables, keys and types, print a pipeline file for it
 #                 (INSPECT_ARGS="--pipeline config/pipelines/demo.yaml --sample 500"; the embedded stack's broker by default)
 SHELL := /bin/bash
@@ -20,7 +22,7 @@ export PYTHONPATH := $(CURDIR)/jobs
 export TZ := UTC
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: all deps venv demo inspect test test-extended imports size lint bench bench-tables bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock lock-dbz clean
+.PHONY: all deps venv demo inspect reconcile bench-reconcile test test-extended imports size lint bench bench-tables bench-profile bench-silver-profile airflow airflow-stop cluster cluster-stop stack stack-down lock lock-dbz clean
 
 all: test
 
@@ -70,6 +72,15 @@ demo: venv
 inspect: venv
 	@test -n "$(TOPIC)" || { echo "usage: make inspect TOPIC=<topic> [INSPECT_ARGS=...]" >&2; exit 2; }
 	@$(PY) -m cdclake inspect --topic "$(TOPIC)" $(INSPECT_ARGS)
+
+# python -m cdclake reconcile: PIPELINE is a pipeline name (config/pipelines/<name>.yaml) or a file; TABLE
+# a silver table (default: the file's reconcile.tables, else every silver table)
+reconcile: venv
+	@test -n "$(PIPELINE)" || { echo "usage: make reconcile PIPELINE=<name or file> [TABLE=<silver table>]" >&2; exit 2; }
+	@$(PY) -m cdclake reconcile --pipeline "$$( [ -f "$(PIPELINE)" ] && echo "$(PIPELINE)" || echo "$${CDC_PIPELINES_DIR:-config/pipelines}/$(PIPELINE).yaml" )" $(if $(TABLE),--table "$(TABLE)")
+
+bench-reconcile: venv
+	$(PY) -m bench.reconcile $(BENCH_ARGS)
 
 # Two pytest processes (pytest-xdist), each with its own broker, catalog and Spark session; a
 # module's tests stay in one process (--dist loadfile). PYTEST_WORKERS=0 runs them in this one.

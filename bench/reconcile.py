@@ -12,7 +12,7 @@ Then :func:`cdclake.reconcile.reconcile_table` runs twice, timed: on the equal t
 and after 10 updates, 2 deletes and 1 insert made in PostgreSQL behind the pipeline's back
 (drift; the pipeline's topic is empty, so all 13 keys are drift). Prints one JSON object: the
 seconds of each run (the Spark session already started), rounds, buckets, keys and the bytes
-read from the source. Other work on the machine slows it: the figures are upper bounds.
+read from the source; before it, the two ``bronze.reconciliation`` rows written. Other work on the machine slows it: the figures are upper bounds.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdclake import embedded
     from cdclake.catalog import spark_session
     from cdclake.config import load_pipeline
-    from cdclake.reconcile import reconcile_table
+    from cdclake.reconcile import reconcile_table, write_results
 
     p = argparse.ArgumentParser(prog="python -m bench.reconcile", description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         silver_s = time.monotonic() - started
         out: dict = {"rows": args.rows, "buckets": args.buckets, "build_source_s": round(source_s, 1),
                      "build_silver_s": round(silver_s, 1)}
+        results = []
         for phase in ("in_sync", "drift"):
             if phase == "drift":
                 conn = psycopg2.connect(dbname=DB, **PG)
@@ -131,12 +132,15 @@ def main(argv: list[str] | None = None) -> int:
                 conn.cursor().execute(DRIFT_SQL.format(rows=args.rows))
                 conn.close()
             r = reconcile_table(spark, cfg, name, conns.get)
+            results.append(r)
             logging.getLogger("bench").info("%s", r.log_line())
             out[phase] = {"seconds": round(r.duration_s, 1), "status": r.status, "rows_source": r.rows_source,
                           "rows_silver": r.rows_silver, "rounds": r.rounds, "buckets_compared": r.buckets_compared,
                           "buckets_differing": r.buckets_differing, "keys_drifted": r.keys_drifted,
                           "keys_in_flight": r.keys_in_flight, "bytes_read_source": r.bytes_read_source,
                           "drift_samples": r.drift_samples[:13]}
+        write_results(spark, cfg, results)
+        spark.table("lake.bronze.reconciliation").orderBy("keys_drifted").show(vertical=True, truncate=False)
         spark.stop()
         print(json.dumps(out, indent=1))
         return 0

@@ -1,9 +1,12 @@
 """One maintenance DAG per pipeline file in ``config/pipelines/`` (or ``$CDC_PIPELINES_DIR``): ``cdc_<file stem>_maintenance``.
 
-One task, ``run``: ``jobs/maintenance.py`` (``cdclake.maintenance.maintain``) compacts data and
+Task ``run``: ``jobs/maintenance.py`` (``cdclake.maintenance.maintain``) compacts data and
 position-delete files, expires snapshots, removes orphan files and deletes raw and bronze hours
 past retention, as the pipeline's ``maintenance`` section says, holding the writer lock of the
-catalog's topics meanwhile (stage runs of those topics wait for it, and it for them). Scheduled by
+catalog's topics meanwhile (stage runs of those topics wait for it, and it for them). When the
+pipeline file has a ``reconcile`` section, task ``reconcile`` follows: ``jobs/reconcile.py``
+(``cdclake.reconcile.reconcile``) compares each silver table with its source database and fails,
+never retried, when it finds drift. Scheduled by
 ``maintenance.schedule`` (default ``@daily``), without catchup, one run at a time, in the
 pipeline's ``airflow.pool`` with ``airflow.execution_timeout_s.maintenance``. No business logic
 here: it lives in ``jobs/cdclake``.
@@ -29,5 +32,7 @@ for cfg in load_pipelines(resolve=False):  # no secrets at parse time: the tasks
         tags=["cdc", cfg.name, "maintenance"],
         doc_md=__doc__,
     ) as dag:
-        stage_job("maintenance", cfg, window=False)
+        run = stage_job("maintenance", cfg, window=False)
+        if cfg.reconcile is not None:
+            run >> stage_job("reconcile", cfg, window=False, task_id="reconcile", retries=0)
     globals()[dag.dag_id] = dag

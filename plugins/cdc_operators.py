@@ -179,7 +179,8 @@ def default_args(cfg) -> dict:
 def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperator:
     """The :class:`StageJobOperator` running ``jobs/<stage>.py`` over the run's window, with the
     pipeline's ``airflow.execution_timeout_s.<stage>``, ``airflow.pool`` and connections. ``window``
-    false: a job without a window (``maintenance``), given ``--pipeline`` only."""
+    false: a job without a window (``maintenance``, ``reconcile``), given ``--pipeline`` only.
+    ``task_id`` (in ``kwargs``): default ``run``."""
     from cdclake.catalog import jvm_conf, spark_jars
     from cdclake.config import connection_ids
 
@@ -191,7 +192,7 @@ def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperato
     if cfg.airflow.pool:
         kwargs.setdefault("pool", cfg.airflow.pool)
     return StageJobOperator(
-        task_id="run",
+        task_id=kwargs.pop("task_id", "run"),
         execution_timeout=dt.timedelta(seconds=getattr(cfg.airflow.execution_timeout_s, stage)),
         application=str(JOBS / f"{stage}.py"),
         conn_id=cfg.airflow.spark_conn_id,

@@ -17,12 +17,16 @@ A server that cannot be reached fails the test (it is not skipped).
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 import uuid
 from decimal import Decimal
 
 import pytest
-from conftest import write_pipeline
+from conftest import REPO, write_pipeline
 from helpers import pg_connect
 from pipeline import hour, ms, run_window
 
@@ -128,7 +132,7 @@ def pg_run(stack, spark):
         name = f"pg_{src.db}__public__items"
         conns = {"recon_pg": {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
                               "password": None, "schema": src.db, "extra": {}}}
-        yield {"src": src, "cfg": cfg, "name": name, "topic": topic, "connections": conns.get}
+        yield {"src": src, "cfg": cfg, "name": name, "topic": topic, "connections": conns.get, "path": path}
     finally:
         src.close()
 
@@ -164,6 +168,45 @@ def test_pg_in_sync_then_drift_then_in_flight(spark, stack, pg_run):
     rows = spark.table("lake.bronze.reconciliation").where(f"silver_table = '{name}'").collect()
     assert [(x.status, x.keys_drifted, x.keys_in_flight) for x in rows] == [("drift", 4, 2)]
     assert _key_ids(rows[0].drift_samples) == [3, 8, 12, 1000] and rows[0].bytes_read_source > 0
+
+
+def test_cli_fails_with_one_line_on_drift(pg_run):
+    """``python -m cdclake reconcile``: the connection from ``CDC_CONNECTION_<ID>``, exit 1 and one
+    ``error: drift found: ...`` line naming the table and its first keys (the drift of the test before)."""
+    conn = json.dumps({"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
+                       "schema": pg_run["src"].db})
+    env = dict(os.environ, CDC_CONNECTION_RECON_PG=conn, PYTHONPATH=str(REPO / "jobs"))
+    proc = subprocess.run([sys.executable, "-m", "cdclake", "reconcile", "--pipeline", str(pg_run["path"]),
+                           "--table", pg_run["name"]], capture_output=True, text=True, timeout=600, env=env)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-3000:]
+    assert errors[0].startswith(f"error: drift found: {pg_run['name']}: 4 key(s) differ from postgres://")
+    assert '{"id":"3"}' in errors[0]
+    assert any(f"reconcile: {pg_run['name']} vs " in ln and "drift;" in ln for ln in proc.stderr.splitlines())
+
+
+def test_maintenance_dag_reconciles_when_configured(stack):
+    """A pipeline file with a ``reconcile`` section gets task ``reconcile`` after ``run`` in its
+    maintenance DAG: ``jobs/reconcile.py``, never retried, the source connection handed over."""
+    with_section = write_pipeline("recondag", [{"topic": "recondag.t", "format": "debezium-json"}],
+                                  reconcile={"connection": "shop_db"})
+    without = write_pipeline("recondag_none", [{"topic": "recondag.u", "format": "debezium-json"}])
+    try:
+        spec = importlib.util.spec_from_file_location("cdc_maintenance_reconcile", REPO / "dags" / "cdc_maintenance.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        with_section.unlink()
+        without.unlink()
+    dag = module.cdc_recondag_maintenance
+    assert sorted(t.task_id for t in dag.tasks) == ["reconcile", "run"]
+    task = dag.get_task("reconcile")
+    assert task.upstream_task_ids == {"run"} and task.retries == 0
+    assert task.application.endswith("jobs/reconcile.py")
+    assert task.application_args == ["--pipeline", str(with_section.resolve())]
+    assert task.execution_timeout == dt.timedelta(hours=2)
+    assert "shop_db" in task.connections
+    assert [t.task_id for t in module.cdc_recondag_none_maintenance.tasks] == ["run"]
 
 
 def test_pg_differences_of_form_only_are_no_drift(spark, pg_run):

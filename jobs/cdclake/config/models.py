@@ -236,13 +236,14 @@ class SparkConfig(_Model):
 class StageTimeouts(_Model):
     """``airflow.execution_timeout_s``: seconds a task of each kind may run before Airflow stops
     it (and retries it, for a stage job: ``airflow.retries``); ``maintenance``: the maintenance
-    job (default 6 hours)."""
+    job (default 6 hours); ``reconcile``: the reconciliation job (default 2 hours)."""
 
     land: int = Field(3600, ge=1)
     normalize: int = Field(3600, ge=1)
     silver: int = Field(3600, ge=1)
     gate: int = Field(1800, ge=1)
     maintenance: int = Field(6 * 3600, ge=1)
+    reconcile: int = Field(2 * 3600, ge=1)
 
 
 class AirflowConfig(_Model):

@@ -15,7 +15,10 @@ decimal    the value, no exponent, trailing fractional     numeric, decimal (sil
            (``1.50`` and ``1.5`` are ``1.5``)
 float      rounded to 9 decimals, as decimal (the only     real, double precision, float, double
            kind compared to a tolerance: binary floats
-           print differently in every engine)
+           print differently in every engine; PostgreSQL
+           converts a float8 through its 15 significant
+           digits, so a value whose 16th and 17th digits
+           round differently may show as drift)
 bool       ``1`` / ``0``                                   boolean (PostgreSQL)
 binary     lower-case hex of the bytes                     bytea, binary, varbinary, *blob
 date       ``YYYY-MM-DD``                                  date
@@ -163,13 +166,13 @@ def spark_value(col: Optional[str], kind: str, spark_type: Optional[str]):
     c = F.col(f"`{col.replace('`', '``')}`")
     st = spark_type or "string"
     if kind == "int":
-        return F.cast("int", c).cast("string") if st == "boolean" else c.cast("string")
+        return c.cast("int").cast("string") if st == "boolean" else c.cast("string")
     if kind == "decimal":
         if st.startswith("decimal") or st == "string":
             return _spark_trim(c.cast("string"))
         return _spark_trim(c.cast("decimal(38,9)").cast("string"))
     if kind == "float":
-        return _spark_trim(F.round(c.cast("decimal(38,18)"), 9).cast("decimal(38,9)").cast("string"))
+        return _spark_trim(c.cast("decimal(38,9)").cast("string"))
     if kind == "bool":
         return c.cast("int").cast("string")
     if kind == "binary":
