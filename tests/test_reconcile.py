@@ -329,3 +329,81 @@ def test_mariadb_in_sync_then_drift_then_in_flight(spark, stack, my_run):
     assert _key_ids(r.drift_samples) == [4, 7, 11, 500], r.log_line()
     assert _key_ids(r.in_flight_samples) == [30, 31], r.log_line()
     assert (r.keys_drifted, r.keys_in_flight, r.status) == (4, 2, "drift")
+
+
+# ---------------------------------------------------------------------------------------------
+# one canonical text in three engines
+
+
+def test_canonical_text_is_the_same_in_postgres_mariadb_and_spark(spark):
+    """Edge values (a decimal below 10^-6, which Spark prints with an exponent; 20 integer digits;
+    trailing zeros; a timestamp before 1970 and one with an offset; bytes with 0x00 and 0xff;
+    text with the separators; NULLs) give the same row text in the database's SQL and in Spark
+    over the silver types the pipeline gives them."""
+    from pyspark.sql.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, IntegerType, StringType,
+                                   StructField, StructType, TimestampType)
+
+    from cdclake.reconcile.canonical import kind_of, spark_text, sql_text
+    from cdclake.reconcile.source import SourceDatabase
+
+    utc = dt.timezone.utc
+    rows = [(1, Decimal("0.000000001"), "1.5000", dt.datetime(2024, 1, 1, 8, 0, 0, 123456, utc),
+             b"\x00\xff", dt.date(1969, 12, 31), "é,1:x-", True, 1e-7),
+            (2, Decimal("-12345678901234567890.123456789"), "0", dt.datetime(1969, 12, 31, 23, 59, 59, 500000, utc),
+             b"", dt.date(2000, 2, 29), "", False, -2.5),
+            (3, None, None, None, None, None, None, None, None)]
+    names = ["id", "n", "v", "t", "b", "d", "s", "f", "x"]
+    silver = spark.createDataFrame(rows, StructType([
+        StructField("id", IntegerType()), StructField("n", DecimalType(38, 18)), StructField("v", StringType()),
+        StructField("t", TimestampType()), StructField("b", BinaryType()), StructField("d", DateType()),
+        StructField("s", StringType()), StructField("f", BooleanType()), StructField("x", DoubleType())]))
+    types = {f.name: f.dataType.simpleString() for f in silver.schema.fields}
+
+    # PostgreSQL
+    db = f"cdc_recon_{uuid.uuid4().hex[:8]}"
+    admin = pg_connect("postgres", autocommit=True)
+    admin.cursor().execute(f"CREATE DATABASE {db}")
+    try:
+        conn = pg_connect(db, autocommit=True)
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE e (id int PRIMARY KEY, n numeric(38,18), v numeric, t timestamptz, b bytea, d date, "
+                    "s text, f boolean, x double precision)")
+        cur.executemany("INSERT INTO e VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        [(r[0], r[1], None if r[2] is None else Decimal(r[2]), *r[3:]) for r in rows])
+        src = SourceDatabase({"conn_type": "postgres", "host": "127.0.0.1", "schema": db}, "t")
+        cols = [(c.name, c.kind) for c in src.columns("public", "e")]
+        pg = dict(src.query(f"SELECT id, {sql_text('postgres', cols)} FROM e"))
+        src.close()
+        conn.close()
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()
+    kinds = dict(cols)
+    got = dict(silver.select("id", spark_text([(c, kinds[c], types[c]) for c in names]).alias("t"))
+               .rdd.map(tuple).collect())
+    assert got == pg
+
+    # MariaDB: no boolean, no variable-scale numeric; datetime(6) holds the UTC wall clock
+    my = _my_connect()
+    try:
+        with my.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {db}")
+            cur.execute(f"CREATE TABLE {db}.e (id int PRIMARY KEY, n decimal(38,18), t datetime(6), b varbinary(8), "
+                        "d date, s text, x double) DEFAULT CHARSET = utf8mb4")
+            cur.executemany(f"INSERT INTO {db}.e VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                            [(r[0], r[1], None if r[3] is None else r[3].replace(tzinfo=None), r[4], r[5], r[6], r[8])
+                             for r in rows])
+        src = SourceDatabase({"conn_type": "mysql", "host": "127.0.0.1"}, "t")
+        cols = [(c.name, c.kind) for c in src.columns(db, "e")]
+        assert [k for _, k in cols] == ["int", "decimal", "timestamp", "binary", "date", "text", "float"]
+        mine = dict(src.query(f"SELECT id, {sql_text('mysql', cols)} FROM {db}.e"))
+        src.close()
+    finally:
+        with my.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        my.close()
+    kinds = dict(cols)
+    got = dict(silver.select("id", spark_text([(c, kinds[c], types[c]) for c, _ in cols]).alias("t"))
+               .rdd.map(tuple).collect())
+    assert got == mine
+    assert kind_of("postgres", "timestamp with time zone") == kind_of("mysql", "datetime") == "timestamp"

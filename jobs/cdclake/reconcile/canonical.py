@@ -155,6 +155,21 @@ def _spark_trim(text):
     return F.when(text.contains("."), trimmed).otherwise(text)
 
 
+def _spark_plain(c, scale: int):
+    """The plain text (no exponent) of decimal column ``c`` of scale ``scale``: Spark writes a
+    decimal below 10^-6 as ``1.000000000E-9``; its unscaled integer (then exact: below
+    10^(scale-6)) gets the decimal point put back."""
+    from pyspark.sql import functions as F
+
+    text = c.cast("string")
+    if scale == 0:
+        return text
+    unscaled = F.abs(c * F.lit(10 ** scale).cast(f"decimal({scale + 1},0)")).cast("decimal(38,0)").cast("string")
+    plain = F.concat(F.when(c < 0, F.lit("-")).otherwise(F.lit("")),
+                     F.regexp_replace(F.lpad(unscaled, scale + 1, "0"), f"^(.*)(.{{{scale}}})$", "$1.$2"))
+    return F.when(text.contains("E"), plain).otherwise(text)
+
+
 def spark_value(col: Optional[str], kind: str, spark_type: Optional[str]):
     """The Spark column of silver column ``col``'s canonical text for source kind ``kind``;
     ``spark_type`` is the silver column's ``simpleString()`` type (None, like ``col`` None: the
@@ -168,11 +183,13 @@ def spark_value(col: Optional[str], kind: str, spark_type: Optional[str]):
     if kind == "int":
         return c.cast("int").cast("string") if st == "boolean" else c.cast("string")
     if kind == "decimal":
-        if st.startswith("decimal") or st == "string":
-            return _spark_trim(c.cast("string"))
-        return _spark_trim(c.cast("decimal(38,9)").cast("string"))
+        if st.startswith("decimal"):
+            return _spark_trim(_spark_plain(c, int(st.rstrip(")").split(",")[1])))
+        if st == "string":
+            return _spark_trim(c)
+        return _spark_trim(_spark_plain(c.cast("decimal(38,9)"), 9))
     if kind == "float":
-        return _spark_trim(c.cast("decimal(38,9)").cast("string"))
+        return _spark_trim(_spark_plain(c.cast("decimal(38,9)"), 9))
     if kind == "bool":
         return c.cast("int").cast("string")
     if kind == "binary":
