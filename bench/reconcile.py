@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdclake import embedded
     from cdclake.catalog import spark_session
     from cdclake.config import load_pipeline
-    from cdclake.reconcile import reconcile_table, write_results
+    from cdclake.reconcile import drift_message, reconcile_table, write_results
 
     p = argparse.ArgumentParser(prog="python -m bench.reconcile", description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         write_results(spark, cfg, results)
         spark.table("lake.bronze.reconciliation").orderBy("keys_drifted").show(vertical=True, truncate=False)
         spark.stop()
+        print(f"error: {drift_message(results)}  (the line python -m cdclake reconcile prints for the drift run)")
         print(json.dumps(out, indent=1))
         return 0
     finally:

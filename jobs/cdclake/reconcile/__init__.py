@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Reconciliation", "SourceUnavailable", "reconcile", "reconcile_table", "silver_tables", "write_results"]
+__all__ = ["Reconciliation", "SourceUnavailable", "drift_message", "reconcile", "reconcile_table", "silver_tables", "write_results"]
 
 #: The largest modulus a round may reach (key hashes have 60 bits).
 MAX_MODULUS = 2 ** 60
@@ -322,9 +322,17 @@ def reconcile(spark: "SparkSession", cfg: PipelineConfig, tables: Optional[list[
         log.info("%s", r.log_line())
         results.append(r)
     write_results(spark, cfg, results)
-    drift = [r for r in results if r.keys_drifted]
-    if drift:
-        raise DriftFound("drift found: " + "; ".join(
-            f"{r.silver_table}: {r.keys_drifted} key(s) differ from {r.source_table} "
-            f"(e.g. {', '.join(r.drift_samples[:3])})" for r in drift))
+    message = drift_message(results)
+    if message:
+        raise DriftFound(message)
     return results
+
+
+def drift_message(results: list[Reconciliation]) -> Optional[str]:
+    """The one line :class:`DriftFound` carries for ``results``: each table with drift, its count,
+    its source and its first three keys; None when no table drifted."""
+    drift = [r for r in results if r.keys_drifted]
+    if not drift:
+        return None
+    return "drift found: " + "; ".join(f"{r.silver_table}: {r.keys_drifted} key(s) differ from {r.source_table} "
+                                       f"(e.g. {', '.join(r.drift_samples[:3])})" for r in drift)
