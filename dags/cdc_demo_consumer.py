@@ -33,10 +33,14 @@ def consumed_uri() -> str:
 
 @task(task_id="report")
 def report() -> list[dict]:
-    """The triggering asset events: ``[{"uri": ..., **extra}]`` (window and counts), each logged."""
-    out = []
+    """The triggering asset events: ``[{"uri": ..., **extra}]`` (window and counts), each logged.
+    An event added through an alias is listed under the Asset and under the alias: taken once."""
+    out, seen = [], set()
     for events in get_current_context()["triggering_asset_events"].values():
         for event in events:
+            if (event.asset.uri, event.timestamp) in seen:
+                continue
+            seen.add((event.asset.uri, event.timestamp))
             out.append({"uri": event.asset.uri, **(event.extra or {})})
             print(f"{event.asset.uri} changed: {event.extra}")
     return out
