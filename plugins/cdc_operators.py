@@ -4,7 +4,10 @@
   the task with a readable summary, naming the failed expectations and the Data Docs page.
 - :class:`StageJobOperator` runs a stage job (or the maintenance job) in ``jobs/`` with spark-submit; a job that exits
   with the bad-input code fails its task at once, without retries; :func:`stage_job` builds it
-  from the pipeline's settings.
+  from the pipeline's settings. It reports the stage's inputs and outputs to OpenLineage
+  (``apache-airflow-providers-openlineage``; :func:`openlineage_dataset`).
+- The silver gate adds an asset event per silver (and history) table the run changed to the
+  alias :func:`silver_tables_alias` (Assets ``iceberg://<catalog>/<namespace>/<table>``).
 - :func:`failure_callback` resolves the pipeline's ``airflow.on_failure_callback``.
 - :func:`airflow_connection` resolves a connection the pipeline names (``kafka.connection``,
   ``catalog.connection``) through Airflow (secrets backends, ``AIRFLOW_CONN_<ID>``, the
