@@ -5,7 +5,11 @@ window → land (job, gate) → normalize (job, gate) → silver (job, gate). Pa
 or an unknown topic is refused when the run is triggered; a window that is not whole hours or
 ends before it starts fails the ``window`` task, without retries, before any job runs. Task
 limits, the pool of the jobs and the failure callback come from the pipeline's ``airflow``
-section. No business logic here: the window rule, the jobs and the gates live in ``jobs/cdclake``.
+section. Every silver (and history) table is an Asset ``iceberg://<catalog>/<namespace>/<table>``:
+the silver gate adds an event (window and counts as extra) for each table the run changed, through
+the alias ``cdc_<name>.silver_tables``, so the tables are listed among the DAG's Assets and a
+downstream DAG can be scheduled on one. No business logic here: the window rule, the jobs and the
+gates live in ``jobs/cdclake``.
 """
 from __future__ import annotations
 

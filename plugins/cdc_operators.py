@@ -4,7 +4,10 @@
   the task with a readable summary, naming the failed expectations and the Data Docs page.
 - :class:`StageJobOperator` runs a stage job (or the maintenance job) in ``jobs/`` with spark-submit; a job that exits
   with the bad-input code fails its task at once, without retries; :func:`stage_job` builds it
-  from the pipeline's settings.
+  from the pipeline's settings. It reports the stage's inputs and outputs to OpenLineage
+  (``apache-airflow-providers-openlineage``; :func:`openlineage_dataset`).
+- The silver gate adds an asset event per silver (and history) table the run changed to the
+  alias :func:`silver_tables_alias` (Assets ``iceberg://<catalog>/<namespace>/<table>``).
 - :func:`failure_callback` resolves the pipeline's ``airflow.on_failure_callback``.
 - :func:`airflow_connection` resolves a connection the pipeline names (``kafka.connection``,
   ``catalog.connection``) through Airflow (secrets backends, ``AIRFLOW_CONN_<ID>``, the
@@ -84,15 +87,23 @@ class GateOperator(BaseOperator):
     :param pipeline: path of the pipeline YAML file.
     :param start, end: window bounds (ISO-8601 hours, templated).
     :param topics: comma-separated topics (templated; empty for all).
+    :param asset_alias: the name of an ``AssetAlias`` among the task's ``outlets`` (the silver
+        gate's, :func:`silver_tables_alias`): once the gate passes, it adds one asset event per
+        table the window's latest silver run changed (``cdclake.lineage.window_changes``: Asset
+        ``iceberg://<catalog>/<namespace>/<table>``, extra: pipeline, table, window_start,
+        window_end, changes, keys_upserted, keys_deleted, topics) and returns their URIs as
+        ``asset_events``; an unchanged table gets no event.
     Raises ``AirflowException`` with the failed expectations (``cdclake.gates.GateFailed``).
     """
 
     template_fields: Sequence[str] = ("start", "end", "topics")
     ui_color = "#e8f4d4"
 
-    def __init__(self, *, stage: str, pipeline: str, start: str, end: str, topics: str = "", **kwargs):
+    def __init__(self, *, stage: str, pipeline: str, start: str, end: str, topics: str = "",
+                 asset_alias: Optional[str] = None, **kwargs):
         super().__init__(**kwargs)
         self.stage, self.pipeline, self.start, self.end, self.topics = stage, pipeline, start, end, topics
+        self.asset_alias = asset_alias
 
     def execute(self, context):
         from airflow.exceptions import AirflowException
@@ -104,9 +115,26 @@ class GateOperator(BaseOperator):
         cfg = load_pipeline(self.pipeline, connections=airflow_connection)
         window = make_window(self.start, self.end, self.topics or None, known_topics=cfg.topics())
         try:
-            return run_gate(self.stage, cfg, window).as_dict()  # a plain dict in XCom
+            result = run_gate(self.stage, cfg, window).as_dict()  # a plain dict in XCom
         except GateFailed as exc:
             raise AirflowException(str(exc)) from None
+        if self.asset_alias:
+            result["asset_events"] = self.add_asset_events(context, cfg, window)
+        return result
+
+    def add_asset_events(self, context, cfg, window) -> list[str]:
+        """Add an asset event per table the window's latest silver run changed to the alias
+        :attr:`asset_alias`; the tables' Asset URIs."""
+        from airflow.sdk import Asset, AssetAlias
+
+        from cdclake.lineage import window_changes
+
+        events = context["outlet_events"][AssetAlias(self.asset_alias)]
+        changed = window_changes(cfg, window)
+        for table in changed:
+            events.add(Asset(table.uri), extra=table.extra(cfg.name))
+            self.log.info("asset event: %s %s", table.uri, table.extra(cfg.name))
+        return [t.uri for t in changed]
 
 
 class StageJobOperator(SparkSubmitOperator):
@@ -122,11 +150,37 @@ class StageJobOperator(SparkSubmitOperator):
         task runs and handed to spark-submit's environment (:func:`connection_env`), not through
         ``env_vars``, a template field the UI shows. YARN and Kubernetes would put environment
         variables on the spark-submit command line, so the task refuses them there.
+    :param stage: ``land``, ``normalize`` or ``silver``: the task reports the stage's inputs and
+        outputs to OpenLineage (:meth:`get_openlineage_facets_on_complete`); another value
+        (``maintenance``) reports none.
     """
 
-    def __init__(self, *, connections: Sequence[str] = (), **kwargs):
+    def __init__(self, *, connections: Sequence[str] = (), stage: str = "", **kwargs):
         super().__init__(**kwargs)
         self.connections = list(connections)
+        self.stage = stage
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The run's inputs and outputs for ``apache-airflow-providers-openlineage`` (its
+        ``OperatorLineage``), read after the job succeeded: ``cdclake.lineage.stage_datasets``
+        over the window of the rendered ``--pipeline/--start/--end/--topics`` arguments, each an
+        OpenLineage ``Dataset`` with a ``schema`` facet (a lake table's Iceberg schema) and, for a
+        lake table, ``catalog`` (framework iceberg, type jdbc, catalog name, warehouse) and
+        ``storage`` (iceberg, parquet) facets. Kafka topics: ``kafka://<host>:<port>``, topic."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from cdclake.config import load_pipeline
+        from cdclake.lineage import stage_datasets
+        from cdclake.window import make_window
+
+        args = dict(zip(self.application_args[::2], self.application_args[1::2])) if self.application_args else {}
+        if not self.stage or "--start" not in args:
+            return OperatorLineage()
+        cfg = load_pipeline(args["--pipeline"], connections=airflow_connection)
+        window = make_window(args["--start"], args["--end"], args.get("--topics") or None, known_topics=cfg.topics())
+        inputs, outputs = stage_datasets(cfg, self.stage, window)
+        return OperatorLineage(inputs=[openlineage_dataset(cfg, d) for d in inputs],
+                               outputs=[openlineage_dataset(cfg, d) for d in outputs])
 
     def _get_hook(self):
         hook = super()._get_hook()
@@ -155,6 +209,31 @@ class StageJobOperator(SparkSubmitOperator):
                                            "window or catalog directory; its 'error:' line above says which), "
                                            "so it is not retried") from exc
             raise
+
+
+def openlineage_dataset(cfg, dataset):
+    """An OpenLineage ``Dataset`` of a ``cdclake.lineage.LineageDataset``: its namespace and name,
+    a ``schema`` facet of its fields and, for a lake table, ``catalog`` and ``storage`` facets
+    (OpenLineage's CatalogDatasetFacet and StorageDatasetFacet)."""
+    from openlineage.client.event_v2 import Dataset
+    from openlineage.client.generated.catalog_dataset import CatalogDatasetFacet
+    from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, SchemaDatasetFacetFields
+    from openlineage.client.generated.storage_dataset import StorageDatasetFacet
+
+    facets = {}
+    if dataset.fields:
+        facets["schema"] = SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=n, type=t) for n, t in dataset.fields])
+    if dataset.table:
+        facets["catalog"] = CatalogDatasetFacet(framework="iceberg", type="jdbc", name=cfg.catalog.name,
+                                                warehouseUri=cfg.catalog.warehouse, source="spark")
+        facets["storage"] = StorageDatasetFacet(storageLayer="iceberg", fileFormat="parquet")
+    return Dataset(namespace=dataset.namespace, name=dataset.name, facets=facets)
+
+
+def silver_tables_alias(cfg) -> str:
+    """The name of the ``AssetAlias`` the pipeline's silver gate adds its asset events to:
+    ``<dag_id>.silver_tables``."""
+    return f"{cfg.dag_id}.silver_tables"
 
 
 def failure_callback(cfg) -> Optional[Callable]:
@@ -193,6 +272,7 @@ def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperato
         kwargs.setdefault("pool", cfg.airflow.pool)
     return StageJobOperator(
         task_id=kwargs.pop("task_id", "run"),
+        stage=stage,
         execution_timeout=dt.timedelta(seconds=getattr(cfg.airflow.execution_timeout_s, stage)),
         application=str(JOBS / f"{stage}.py"),
         conn_id=cfg.airflow.spark_conn_id,
@@ -213,7 +293,14 @@ def stage_job(stage: str, cfg, window: bool = True, **kwargs) -> StageJobOperato
 
 def gate(stage: str, cfg, **kwargs) -> GateOperator:
     """The gate task of ``stage`` over the run's window (never retried: a gate judges data), with
-    the pipeline's ``airflow.execution_timeout_s.gate``."""
+    the pipeline's ``airflow.execution_timeout_s.gate``. The silver gate's outlet is the alias
+    :func:`silver_tables_alias`, to which it adds an asset event per silver (and history) table
+    the run changed: each table is an Asset of the DAG once it has had an event."""
+    if stage == "silver":
+        from airflow.sdk import AssetAlias
+
+        kwargs.setdefault("asset_alias", silver_tables_alias(cfg))
+        kwargs.setdefault("outlets", [AssetAlias(kwargs["asset_alias"])])
     return GateOperator(task_id="gate", stage=stage, pipeline=cfg.path, start="{{ %s['start'] }}" % WINDOW,
                         end="{{ %s['end'] }}" % WINDOW, topics="{{ %s['topics'] }}" % WINDOW, retries=0,
                         execution_timeout=dt.timedelta(seconds=cfg.airflow.execution_timeout_s.gate), **kwargs)

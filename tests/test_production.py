@@ -17,6 +17,11 @@ with its tables, and ``test_dag.py`` runs the DAG on the other paths inside the 
 - with the ledger repaired, Airflow 3's backfill endpoint (``POST /api/v2/backfills``) over the
   scheduled hour 02:00 (window 01:00-02:00, the failed hour again): the run succeeds and silver
   equals the source (one hour: each run costs three ``spark-submit`` applications on the cluster);
+- Assets and lineage: the trigger form's run adds an asset event for each silver table it changed
+  (window and counts as extra), and Airflow's scheduler then runs the downstream DAG
+  ``cdc_demo_consumer``, scheduled on one of them (``$CDC_DEMO_CONSUMER_ASSET``); the browser
+  shows that table's Asset graph; OpenLineage's file transport received the run's events, whose
+  inputs and outputs name the Kafka topic and the raw, bronze and silver tables with their schemas;
 - the production parts did the work: the stage jobs are completed applications of the cluster
   with the pipeline's executor memory, the runs are rows of the PostgreSQL metadata database,
   the silver tables are in the PostgreSQL catalog.
@@ -48,6 +53,7 @@ from cdclake.config import load_pipeline
 from cdclake.embedded import free_port
 from cdclake.gates import docs_path
 from cdclake.lake import MANIFEST_TABLE
+from cdclake.lake.naming import table_location
 from cdclake.sim import TABLES, SimulatedSource, create_topic, produce
 from cdclake.sim.compare import compare_table
 from cdclake.sim.render import state_before
@@ -67,6 +73,12 @@ PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
 #: The hand-made ledger range of the failing run: its own hour, overlapping the first hour's range
 #: (the land gate checks a window's ranges against the hour before it and the hour after it).
 BOGUS_HOUR = "2024-01-01T01:00:00+00:00"
+CONSUMER = "cdc_demo_consumer"
+#: The silver table the downstream DAG is scheduled on, and its Asset.
+CONSUMED_TABLE = f"{FORMATS[0].tag}_shop__customers"
+CONSUMED = f"iceberg://lake/{NAME}/{CONSUMED_TABLE}"
+#: OpenLineage's file transport writes the events here, one JSON document a line.
+LINEAGE_FILE = STATE / "openlineage.jsonl"
 
 
 class Api:
@@ -191,7 +203,10 @@ def prod(stack):
         stop.callback(cluster.stop, STATE)
         assert cluster.alive_workers(web) == 1
         stop.enter_context(environ(
-            CDC_PIPELINES_DIR=str(pipelines),
+            CDC_PIPELINES_DIR=str(pipelines), CDC_DEMO_CONSUMER_ASSET=CONSUMED,
+            AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(LINEAGE_FILE),
+                                                        "append": True}),
+            AIRFLOW__OPENLINEAGE__NAMESPACE=NAME, AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT="60",
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbs['airflow']}",
             AIRFLOW__CORE__EXECUTOR="LocalExecutor"))
         airflow_local.start(timeout_s=240)
@@ -202,11 +217,13 @@ def prod(stack):
         deadline = time.monotonic() + 300
         while True:
             try:
+                api.call("GET", f"/api/v2/dags/{CONSUMER}")
                 dag = api.call("GET", f"/api/v2/dags/{DAG_ID}")
                 break
             except urllib.error.HTTPError as exc:
-                assert exc.code == 404 and time.monotonic() < deadline, f"DAG {DAG_ID} not parsed: {exc}"
+                assert exc.code == 404 and time.monotonic() < deadline, f"DAGs {DAG_ID}, {CONSUMER} not parsed: {exc}"
                 time.sleep(2)
+        api.call("PATCH", f"/api/v2/dags/{CONSUMER}", {"is_paused": False})
         # Unpausing creates the run of the latest scheduled hour (catchup is off): it exists already, done.
         latest = dag["next_dagrun_logical_date"]
         if latest:
@@ -336,6 +353,75 @@ def test_trigger_form_run(prod, page):
     page.get_by_role("link", name="silver").first.wait_for()
     page.wait_for_timeout(1500)
     shot(page, "airflow-run")
+
+
+def test_assets_and_the_downstream_dag(prod, page):
+    """The trigger form's run (00:00-01:00) added an asset event per silver table it changed, with
+    the window and counts as extra; the scheduler then ran ``cdc_demo_consumer``, scheduled on
+    one of them, which got that event; the Asset's page shows the graph producer -> table -> consumer."""
+    api = prod["api"]
+    events = api.call("GET", f"/api/v2/assets/events?source_dag_id={DAG_ID}&limit=100")["asset_events"]
+    assert sorted(e["uri"] for e in events) == sorted(
+        f"iceberg://lake/{NAME}/{FORMATS[0].tag}_shop__{t}" for t in TABLES), events
+    for e in events:
+        assert e["source_task_id"] == "silver.gate", e
+        assert (e["extra"]["window_start"], e["extra"]["window_end"]) == (
+            "2024-01-01T00:00:00+00:00", "2024-01-01T01:00:00+00:00"), e
+        assert e["extra"]["changes"] > 0 and e["extra"]["topics"] == [TOPIC], e
+    deadline = time.monotonic() + 300
+    while True:
+        runs = api.call("GET", f"/api/v2/dags/{CONSUMER}/dagRuns?limit=10")["dag_runs"]
+        if runs and runs[0]["state"] in ("success", "failed"):
+            break
+        assert time.monotonic() < deadline, f"{CONSUMER} did not run after the pipeline's run: {runs}"
+        time.sleep(2)
+    assert [(r["run_type"], r["state"]) for r in runs] == [("asset_triggered", "success")], runs
+    xcom = api.call("GET", f"/api/v2/dags/{CONSUMER}/dagRuns/{runs[0]['dag_run_id']}/taskInstances/report/"
+                           "xcomEntries/return_value?deserialize=true&stringify=false")["value"]
+    (got,) = xcom
+    assert got["uri"] == CONSUMED and got["window_start"] == "2024-01-01T00:00:00+00:00", got
+
+    (asset,) = [a for a in api.call("GET", "/api/v2/assets?limit=100")["assets"] if a["uri"] == CONSUMED]
+    page.goto(f"{BASE}/assets/{asset['id']}")
+    page.get_by_text(CONSUMER).first.wait_for(timeout=60_000)
+    page.get_by_text(DAG_ID).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    shot(page, "airflow-assets")
+
+
+def lineage_events() -> list[dict]:
+    """The OpenLineage events the file transport wrote (one JSON document a line)."""
+    return [json.loads(line) for line in LINEAGE_FILE.read_text().splitlines() if line.strip()]
+
+
+def test_lineage_of_the_run(prod):
+    """OpenLineage's COMPLETE events of the trigger form's stage tasks name their datasets: land
+    the Kafka topic (``kafka://host:port``) -> raw; normalize raw -> bronze; silver bronze -> the
+    silver tables the run changed; lake tables by location (namespace ``file``) with schema,
+    catalog and storage facets."""
+    assert LINEAGE_FILE.exists(), f"no OpenLineage events in {LINEAGE_FILE}"
+    complete = {e["job"]["name"]: e for e in lineage_events() if e["eventType"] == "COMPLETE"
+                and e["job"]["name"].startswith(f"{DAG_ID}.") and e["job"]["name"].endswith(".run")}
+    assert set(complete) == {f"{DAG_ID}.{s}.run" for s in ("land", "normalize", "silver")}, sorted(complete)
+    warehouse = prod["cfg"].catalog.warehouse.removeprefix("file://")
+
+    def names(e, side):
+        return [(d["namespace"], d["name"].removeprefix(warehouse)) for d in e[side]]
+
+    land, norm, silver = (complete[f"{DAG_ID}.{s}.run"] for s in ("land", "normalize", "silver"))
+    assert names(land, "inputs") == [(f"kafka://{prod['cfg'].kafka.bootstrap_servers}", TOPIC)]
+    assert names(land, "outputs") == [("file", "/raw/kafka_records"), ("file", "/raw/land_manifest")]
+    assert names(norm, "inputs") == [("file", "/raw/kafka_records")]
+    assert names(norm, "outputs") == [("file", f"/bronze/{t}") for t in ("changes", "quarantine", "control_events")]
+    assert names(silver, "inputs") == [("file", "/bronze/changes")]
+    assert sorted(n for _, n in names(silver, "outputs")) == sorted(
+        table_location(prod["cfg"], NAME, f"{FORMATS[0].tag}_shop__{t}").removeprefix(f"file://{warehouse}")
+        for t in TABLES)
+    out = silver["outputs"][0]
+    assert {"id", "_cdc_op"} <= {f["name"] for f in out["facets"]["schema"]["fields"]}, out
+    assert out["facets"]["catalog"]["framework"] == "iceberg" and out["facets"]["catalog"]["name"] == "lake"
+    assert out["facets"]["storage"]["storageLayer"] == "iceberg"
+    (LINEAGE_FILE.parent / "openlineage-silver-complete.json").write_text(json.dumps(silver, indent=2))
 
 
 def test_failed_gate_in_the_ui(prod, page):

@@ -103,6 +103,36 @@ def test_a_rerun_appends_rows(hour0):
         b[c] for c in ("records_parsed", "change_rows", "quarantined", "control")]
 
 
+def test_the_tables_the_latest_silver_run_changed(hour0):
+    """The silver gate's asset events and silver's lineage outputs: the tables of the window's
+    latest silver run, read back from ``bronze.run_metrics`` (``cdclake.lineage``), with the
+    run's counts; every stage's lineage names its lake tables with their Iceberg schemas."""
+    from cdclake.lineage import stage_datasets, window_changes
+
+    cfg, w, topic = hour0["cfg"], hour0["window"], hour0["topic"]
+    latest = hour0["runs"][1]["results"]["silver"]
+    changed = window_changes(cfg, w)
+    assert sorted((f"lake.`{c.namespace}`.`{c.table}`", c.changes, c.upserts, c.deletes) for c in changed) == sorted(
+        (t.table, t.changes, t.upserts, t.deletes) for t in latest)
+    assert all(c.uri == f"iceberg://lake/{cfg.silver.namespace}/{c.table}" and c.topics == (topic,) for c in changed)
+    assert window_changes(cfg, Window(hour(5), hour(6))) == []  # no silver run of that window
+
+    land_in, land_out = stage_datasets(cfg, "land", w)
+    assert [(d.namespace, d.name) for d in land_in] == [(f"kafka://{cfg.kafka.bootstrap_servers}", topic)]
+    assert [d.table for d in land_out] == ["raw.kafka_records", "raw.land_manifest"]
+    norm_in, norm_out = stage_datasets(cfg, "normalize", w)
+    assert [d.table for d in norm_in] == ["raw.kafka_records"]
+    assert [d.table for d in norm_out] == ["bronze.changes", "bronze.quarantine", "bronze.control_events"]
+    silver_in, silver_out = stage_datasets(cfg, "silver", w)
+    assert [d.table for d in silver_in] == ["bronze.changes"]
+    assert sorted(d.table for d in silver_out) == sorted(f"{c.namespace}.{c.table}" for c in changed)
+    for d in land_out + norm_in + silver_out:
+        assert d.namespace == "file" and d.name.startswith(cfg.catalog.warehouse.removeprefix("file://")), d
+    assert ("kafka_offset", "long") in land_out[0].fields
+    assert dict(silver_in[0].fields)["before"] == "map<string, string>"
+    assert "_cdc_op" in dict(silver_out[0].fields)
+
+
 def test_a_failure_to_record_only_warns(spark, hour0, caplog):
     """A stage result the metrics cannot read is a warning; record_run returns None and raises nothing."""
     with caplog.at_level(logging.WARNING, logger="cdclake.metrics"):
