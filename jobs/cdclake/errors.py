@@ -132,6 +132,11 @@ class SchemaChangeError(SilverError):
     """An incompatible column type change (e.g. bigint → string) for one table."""
 
 
+class FreshnessError(RuntimeError):
+    """Silver tables lag behind their source by more than their SLA (``freshness.max_lag``): one
+    line naming each table, its lag and its SLA (:func:`cdclake.freshness.check_freshness`)."""
+
+
 class NotFileLevel(Exception):
     """A table or batch the file-level merge (:mod:`cdclake.silver.small`) does not take: the
     message says what; the table is merged by Spark's MERGE instead. Never leaves the silver stage."""
