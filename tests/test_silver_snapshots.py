@@ -3,7 +3,7 @@ topic ``a`` has changes in hours 0 and 1, topic ``b`` only in hour 0 (it goes si
 
 - Each window's silver commit records in its snapshot summary the window, the offset ledger's end
   offsets of the table's topics and the newest source position and time applied (running maxima),
-  whichever path merged it: Spark's MERGE (window 0), the file level (window 1), a rerun.
+  whichever path merged it: Spark's MERGE (window 0), the file level in Spark tasks (window 1), a rerun.
 - Each changed table is tagged ``cdc-<YYYYMMDDHH>`` of the window's last hour; Spark's
   ``VERSION AS OF 'cdc-...'`` and pyiceberg read each hour's state; a rerun of an older hour
   leaves the tags; the maintenance job removes tags past ``maintenance.hourly_tag_retention_hours``
@@ -50,7 +50,8 @@ def _produce(stack, topic: str, seed: int, hours: int) -> int:
 
 @pytest.fixture(scope="module")
 def two_hours(stack, spark):
-    """Windows 0 (Spark's MERGE) and 1 (the file level) of the two topics; each table's rows after each."""
+    """Windows 0 (Spark's MERGE) and 1 (the file level, in Spark tasks) of the two topics; each
+    table's rows after each."""
     import uuid
 
     u = uuid.uuid4().hex[:6]
@@ -62,10 +63,11 @@ def two_hours(stack, spark):
                           silver={"namespace": f"snap_{u}"}, maintenance={"hourly_tag_retention_hours": 24})
     cfg = load_pipeline(path)
     results, states = [], []
+    # window 0: Spark's MERGE; window 1: the file level in Spark tasks (pyiceberg commits in Python workers)
+    paths = ({"file_merge_max_changes": 0}, {"file_merge_task_tables": 1})
     for i in range(2):
         w = Window(hour(i), hour(i + 1))
-        run_cfg = cfg.model_copy(update={"silver": cfg.silver.model_copy(update={"file_merge_max_changes": 0})}) \
-            if i == 0 else cfg
+        run_cfg = cfg.model_copy(update={"silver": cfg.silver.model_copy(update=paths[i])})
         land(spark, cfg, w)
         normalize(spark, cfg, w)
         results.append(build_silver(spark, run_cfg, w))
