@@ -168,7 +168,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     props = None
     if summary.snapshot:  # the MERGE's commit records the window (cdclake.silver.snapshots)
         jt = java_table(spark, cfg, cfg.silver.namespace, st.silver_name)
-        props = commit_properties(summary.snapshot, recorded(java_lineage(jt)))
+        props = commit_properties(summary.snapshot, recorded(java_lineage(jt)) if jt is not None else None)
         result.newest_source_ts_ms = int(props[NEWEST_TS_MS]) if NEWEST_TS_MS in props else None
     with spark_commit_properties(spark, props or {}):
         counts = merge_into(spark, cfg, name, src, pk, types, into_empty=new_table)

@@ -149,12 +149,14 @@ def java_lineage(jt) -> Iterator[dict[str, str]]:
 
 
 def java_table(spark: "SparkSession", cfg: PipelineConfig, namespace: str, name: str):
-    """Iceberg's (Java) table ``namespace.name`` of the pipeline's catalog, loaded now in the driver's JVM."""
+    """Iceberg's (Java) table ``namespace.name`` of the pipeline's catalog, loaded now in the
+    driver's JVM, or None when it does not exist (a batch of a new table that wrote nothing)."""
     jcat, _ = _java(spark, cfg.catalog.name)
     ice = spark._jvm.org.apache.iceberg
     levels = spark.sparkContext._gateway.new_array(spark._jvm.java.lang.String, 1)
     levels[0] = namespace
-    return jcat.loadTable(ice.catalog.TableIdentifier.of(ice.catalog.Namespace.of(levels), name))
+    ident = ice.catalog.TableIdentifier.of(ice.catalog.Namespace.of(levels), name)
+    return jcat.loadTable(ident) if jcat.tableExists(ident) else None
 
 
 @contextlib.contextmanager
@@ -205,7 +207,8 @@ def _tags(jt) -> dict[str, dt.datetime]:
 def tag_tables(spark: "SparkSession", cfg: PipelineConfig, names: list[str], window: Window) -> list[str]:
     """Tag the current snapshot of each silver table ``names`` (unquoted names in
     ``silver.namespace``) with :func:`hour_tag` of ``window`` as the module docstring says (a
-    replaced tag on a rerun; none when the table holds a tag of a later hour or no snapshot), with
+    replaced tag on a rerun; none when the table holds a tag of a later hour, has no snapshot or
+    does not exist), with
     ``max-ref-age-ms`` from ``maintenance.hourly_tag_retention_hours``. Returns the names tagged.
     Iceberg's errors propagate (the tables are merged: a rerun of the window tags them)."""
     tag = hour_tag(window)
@@ -214,9 +217,11 @@ def tag_tables(spark: "SparkSession", cfg: PipelineConfig, names: list[str], win
     done = []
     for name in names:
         jt = java_table(spark, cfg, cfg.silver.namespace, name)
-        snap = jt.currentSnapshot()
+        snap = None if jt is None else jt.currentSnapshot()
+        if snap is None:
+            continue
         tags = _tags(jt)
-        if snap is None or any(h > hour for h in tags.values()):
+        if any(h > hour for h in tags.values()):
             continue
         manage = jt.manageSnapshots()
         manage = (manage.replaceTag if tag in tags else manage.createTag)(tag, snap.snapshotId())
@@ -233,6 +238,8 @@ def remove_hour_tags(spark: "SparkSession", cfg: PipelineConfig, namespace: str,
     """Remove the hourly tags of table ``namespace.name`` whose hour ends at or before ``before``
     (aware), in one commit; return their names, oldest first."""
     jt = java_table(spark, cfg, namespace, name)
+    if jt is None:
+        return []
     old = sorted((h, t) for t, h in _tags(jt).items() if h + dt.timedelta(hours=1) <= before)
     if old:
         manage = jt.manageSnapshots()
