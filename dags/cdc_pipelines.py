@@ -1,6 +1,7 @@
 """One DAG per pipeline file in ``config/pipelines/`` (or ``$CDC_PIPELINES_DIR``): ``cdc_<file stem>``.
 
-window → land (job, gate) → normalize (job, gate) → silver (job, gate). Params ``start``/``end``
+window → land (job, gate) → normalize (job, gate) → silver (job, gate) [→ freshness, when the
+pipeline sets ``freshness.max_lag``: fails when a silver table lags past it]. Params ``start``/``end``
 (ISO-8601 hours, UTC) backfill a range; ``topics`` narrows the sources. A value of the wrong shape
 or an unknown topic is refused when the run is triggered; a window that is not whole hours or
 ends before it starts fails the ``window`` task, without retries, before any job runs. Task
@@ -16,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
-from cdc_operators import default_args, gate, stage_job
+from cdc_operators import default_args, freshness_check, gate, stage_job
 
 from cdclake.config import load_pipelines
 from cdclake.window import resolve_run_window
@@ -79,4 +80,6 @@ for cfg in load_pipelines(resolve=False):  # no secrets at parse time: the tasks
                 stage_job(stage, cfg) >> gate(stage, cfg)
             previous >> group
             previous = group
+        if cfg.freshness.enabled:  # every silver table's lag against freshness.max_lag
+            previous >> freshness_check(cfg)
     globals()[cfg.dag_id] = dag

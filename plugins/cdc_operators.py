@@ -8,6 +8,9 @@
   (``apache-airflow-providers-openlineage``; :func:`openlineage_dataset`).
 - The silver gate adds an asset event per silver (and history) table the run changed to the
   alias :func:`silver_tables_alias` (Assets ``iceberg://<catalog>/<namespace>/<table>``).
+- :class:`FreshnessOperator` checks every silver table's lag against the pipeline's
+  ``freshness.max_lag`` (``cdclake.freshness``) and fails the task naming the late tables, so the
+  failure callback fires even when every stage succeeded; :func:`freshness_check` builds it.
 - :func:`failure_callback` resolves the pipeline's ``airflow.on_failure_callback``.
 - :func:`airflow_connection` resolves a connection the pipeline names (``kafka.connection``,
   ``catalog.connection``) through Airflow (secrets backends, ``AIRFLOW_CONN_<ID>``, the
@@ -234,6 +237,43 @@ def silver_tables_alias(cfg) -> str:
     """The name of the ``AssetAlias`` the pipeline's silver gate adds its asset events to:
     ``<dag_id>.silver_tables``."""
     return f"{cfg.dag_id}.silver_tables"
+
+
+class FreshnessOperator(BaseOperator):
+    """Check the freshness SLAs of a pipeline's silver tables now (``cdclake.freshness.check_freshness``).
+
+    :param pipeline: path of the pipeline YAML file.
+    Returns ``[{"table", "newest_source_ts" (ISO-8601 or None), "lag_s", "max_lag_s"}]`` (XCom).
+    Raises ``AirflowFailException`` (not retried: a retry minutes later finds the same lag) with
+    the one line of ``cdclake.errors.FreshnessError`` naming each late table, its lag and its SLA.
+    """
+
+    ui_color = "#fde8d4"
+
+    def __init__(self, *, pipeline: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+
+    def execute(self, context):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from cdclake.config import load_pipeline
+        from cdclake.freshness import FreshnessError, check_freshness
+
+        cfg = load_pipeline(self.pipeline, connections=airflow_connection)
+        try:
+            tables = check_freshness(cfg)
+        except FreshnessError as exc:
+            raise AirflowFailException(str(exc)) from None
+        return [{"table": t.table, "newest_source_ts": t.newest_source_ts.isoformat() if t.newest_source_ts else None,
+                 "lag_s": t.lag_s, "max_lag_s": t.max_lag_s} for t in tables]
+
+
+def freshness_check(cfg, **kwargs) -> FreshnessOperator:
+    """The ``freshness`` task of a pipeline (:class:`FreshnessOperator`), never retried, with the
+    pipeline's ``airflow.execution_timeout_s.gate``."""
+    return FreshnessOperator(task_id="freshness", pipeline=cfg.path, retries=0,
+                             execution_timeout=dt.timedelta(seconds=cfg.airflow.execution_timeout_s.gate), **kwargs)
 
 
 def failure_callback(cfg) -> Optional[Callable]:

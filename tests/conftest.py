@@ -188,7 +188,7 @@ def pytest_configure(config):
 #: runs modules in two processes (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``), which
 #: take them in collection order, so the long ones start first and the short ones fill in around
 #: them. (Without ``--no-loadscope-reorder`` xdist orders modules by their number of tests.)
-SLOW_FIRST = ("test_production", "test_silver_properties", "test_real_debezium", "test_conformance_paimon",
+SLOW_FIRST = ("test_production", "test_silver_properties", "test_silver_snapshots", "test_real_debezium", "test_conformance_paimon",
               "test_inspect", "test_faults", "test_silver_semantics", "test_formats_pipeline", "test_real_sources",
               "test_hostile_names", "test_qlik_pipeline", "test_transactions", "test_gates", "test_collapse",
               "test_dag_ops", "test_maintenance", "test_locks", "test_fuzz", "test_ledger", "test_conformance_flink",

@@ -78,7 +78,8 @@ def test_maintain_compacts_expires_and_applies_retention(stack, spark, unique):
     path = write_pipeline(ns, [{"topic": topic, "format": "debezium-json", "primary_key": ["id"]}],
                           silver={"namespace": ns, "buckets": 2, "file_merge_max_changes": 0},  # MERGEs leave delete files
                           maintenance={"snapshot_retention_hours": 1, "retain_last_snapshots": 1,
-                                       "raw_retention_hours": 6, "bronze_retention_hours": 5})
+                                       "raw_retention_hours": 6, "bronze_retention_hours": 5,
+                                       "hourly_tag_retention_hours": 1})
     cfg = load_pipeline(path)
     every = Window(hours[0], hours[-1] + dt.timedelta(hours=1))
     land(spark, cfg, every)
@@ -113,6 +114,8 @@ def test_maintain_compacts_expires_and_applies_retention(stack, spark, unique):
               f"{cfg.catalog.name}.bronze.changes"):
         assert count(spark, f"SELECT count(*) FROM {t}.snapshots") == 1, t
     assert by[(silver_key, "expire_snapshots")]["deleted_manifest_lists_count"] >= 2
+    # the two windows' hourly tags are past their retention: removed first, so their snapshots expire
+    assert by[(silver_key, "remove_hourly_tags")]["tags_removed"] == [f"cdc-{h:%Y%m%d%H}" for h in (hours[0], hours[2])]
     assert by[(silver_key, "remove_orphan_files")]["orphan_files_removed"] == 0
     # retention: raw from h0 + 1 h, bronze from h0 + 2 h; silver and tombstones never
     assert set(hours_of(spark, cfg, "raw.kafka_records", topic)) == set(hours[1:])

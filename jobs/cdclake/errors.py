@@ -138,6 +138,11 @@ class DriftFound(RuntimeError):
     tables, the counts and the first keys."""
 
 
+class FreshnessError(RuntimeError):
+    """Silver tables lag behind their source by more than their SLA (``freshness.max_lag``): one
+    line naming each table, its lag and its SLA (:func:`cdclake.freshness.check_freshness`)."""
+
+
 class NotFileLevel(Exception):
     """A table or batch the file-level merge (:mod:`cdclake.silver.small`) does not take: the
     message says what; the table is merged by Spark's MERGE instead. Never leaves the silver stage."""

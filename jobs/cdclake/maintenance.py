@@ -15,9 +15,13 @@ files with every MERGE, and every table gains a snapshot per run; it runs, in or
    file with a delete file is rewritten with its deletes applied;
 3. ``rewrite_position_delete_files`` on the merge-on-read silver, history and tombstone tables:
    compacts the position deletes left and drops those whose data files are gone;
-4. ``expire_snapshots`` on every table above and the raw tables: snapshots older than
-   ``snapshot_retention_hours``, keeping the ``retain_last_snapshots`` latest;
-5. ``remove_orphan_files`` (:func:`remove_orphan_files`'s procedure) on the same tables, for files
+4. ``remove_hourly_tags`` on the silver tables: the hourly tags ``cdc-<YYYYMMDDHH>``
+   (:mod:`cdclake.silver.snapshots`) whose hour ended more than ``hourly_tag_retention_hours``
+   ago (None: none removed), so that their snapshots can expire;
+5. ``expire_snapshots`` on every table above and the raw tables: snapshots older than
+   ``snapshot_retention_hours``, keeping the ``retain_last_snapshots`` latest; a snapshot a
+   retained hourly tag references is kept (Iceberg keeps every referenced snapshot);
+6. ``remove_orphan_files`` (:func:`remove_orphan_files`'s procedure) on the same tables, for files
    older than ``orphan_file_age_hours`` (at least 24).
 
 Orphan files: a write killed before its commit (an out-of-memory kill, a lost node, SIGKILL at a
@@ -263,12 +267,14 @@ def maintain(spark: "SparkSession", cfg: PipelineConfig, now: Optional[dt.dateti
       ``deleted_manifest_lists_count``, ``deleted_statistics_files_count`` (files deleted with
       the expired snapshots);
     - ``remove_orphan_files``: ``orphan_files_removed``;
+    - ``remove_hourly_tags``: ``tags_removed`` (their names, oldest first);
 
     and ``duration_s``, the step's seconds.
 
     Retention cutoffs are whole hours: ``landed_hour < floor_hour(now - <retention hours>)``, so
     only whole hour partitions go. Snapshot expiry: ``older_than => now -
-    snapshot_retention_hours``, ``retain_last => retain_last_snapshots``. Orphan files: those last
+    snapshot_retention_hours``, ``retain_last => retain_last_snapshots``. Hourly tags: those whose
+    hour ends at or before ``now - hourly_tag_retention_hours``. Orphan files: those last
     modified before ``now - orphan_file_age_hours`` and at least 24 hours before the current time.
 
     Holds the writer lock of :func:`catalog_topics` (stage ``maintenance``) throughout. Raises
@@ -309,6 +315,13 @@ def maintain(spark: "SparkSession", cfg: PipelineConfig, now: Optional[dt.dateti
         for parts in mor:
             _step(out, parts, "rewrite_position_delete_files",
                   lambda: _call(spark, cfg, "rewrite_position_delete_files", parts))
+        if m.hourly_tag_retention_hours is not None:
+            from cdclake.silver.snapshots import remove_hour_tags
+
+            tags_before = now - dt.timedelta(hours=m.hourly_tag_retention_hours)
+            for parts in tables["silver"]:
+                _step(out, parts, "remove_hourly_tags",
+                      lambda: {"tags_removed": remove_hour_tags(spark, cfg, *parts, tags_before)})
         every = [t for kind in ("silver", "history", "tombstones", "bronze", "raw") for t in tables[kind]]
         expire = (f"older_than => {_timestamp(now - dt.timedelta(hours=m.snapshot_retention_hours))}, "
                   f"retain_last => {m.retain_last_snapshots}")

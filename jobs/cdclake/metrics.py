@@ -6,7 +6,9 @@ and logs the same figures, one line per row. Columns: run_at timestamp (UTC, whe
 finished), pipeline string, stage string, kafka_topic string, window_start and window_end
 timestamp, records_landed bigint (land), records_parsed, change_rows, quarantined, control bigint
 (normalize), silver_table string, changes_merged, keys_upserted, keys_deleted bigint (silver),
-newest_source_ts timestamp and lag_s double (seconds from it to run_at; normalize and silver),
+newest_source_ts timestamp and lag_s double (seconds from it to run_at; normalize: the topic's
+newest change in the window; silver: the table's freshness, the newest source commit time applied
+to it so far as its silver commit recorded it, else the topic's as for normalize),
 duration_s double (seconds the stage ran), future_stamped bigint (land: records stamped more than
 ``land.max_future_skew_s`` after they were read). Columns that do not apply to a stage are null.
 The figures are read from the stage's result (:class:`cdclake.results.StageResult`: each result
@@ -62,7 +64,8 @@ def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: StageRe
     the rows and each row's own figures (the type's docstring says which); the other figures of a
     row are null. ``stage``: the value of the ``stage`` column. ``run_at``: when the stage finished
     (aware, UTC); ``duration_s``: seconds it ran; ``newest``: ``{topic: newest source commit
-    time}`` (:func:`newest_source_ts`), from which ``lag_s`` = seconds to ``run_at``.
+    time}`` (:func:`newest_source_ts`), from which ``lag_s`` = seconds to ``run_at``; a row whose
+    figures carry their own ``newest_source_ts`` (a silver table's freshness) takes that instead.
     Raises TypeError for a result that is not a stage result.
     """
     if not isinstance(result, StageResult):
@@ -71,7 +74,8 @@ def metric_rows(cfg: PipelineConfig, stage: str, window: Window, result: StageRe
     newest = newest or {}
 
     def row(topic: str, figures: dict) -> dict:
-        ts = newest.get(topic)
+        figures = dict(figures)
+        ts = figures.pop("newest_source_ts", None) or newest.get(topic)
         out = dict.fromkeys(METRIC_COLUMNS)
         out.update(run_at=run_at, pipeline=cfg.name, stage=stage, kafka_topic=topic, window_start=window.start,
                    window_end=window.end, duration_s=float(duration_s), newest_source_ts=ts,

@@ -149,7 +149,10 @@ class TableResult:
     ``truncated``: a truncate emptied the table of older rows; ``added_columns``: columns added to
     the silver (or history) table (names); ``history_versions``: SCD type 2 version rows merged
     into its history table (rows; 0 without ``sources[].history``); ``topics``: the Kafka topics
-    the table's changes of the window came from.
+    the table's changes of the window came from; ``silver_name``: the silver table's name in its
+    namespace, unquoted; ``newest_source_ts_ms``: the newest source commit time applied to the
+    table so far, as its silver commit recorded it (ms since the epoch; None: unknown,
+    :mod:`cdclake.silver.snapshots`).
     """
 
     table: str
@@ -160,6 +163,8 @@ class TableResult:
     added_columns: list[str] = field(default_factory=list)
     history_versions: int = 0
     topics: list[str] = field(default_factory=list)
+    silver_name: str = ""
+    newest_source_ts_ms: Optional[int] = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,9 +175,11 @@ class SilverResult(Sequence):
     (grouped by silver name). Reads as that sequence: ``len(result)``, ``result[0]``, ``for t in result``.
 
     Run metrics: ``silver_table``, ``changes_merged`` (the table's changes, over all its topics),
-    ``keys_upserted``, ``keys_deleted``, one row per table and topic of its ``topics``; a topic of
-    the window with no change gets one row without table and 0 changes merged. Rows in topic, then
-    table order; the lag is read from bronze.
+    ``keys_upserted``, ``keys_deleted`` and ``newest_source_ts`` (the table's own freshness,
+    :attr:`TableResult.newest_source_ts_ms` as an aware UTC datetime, when known), one row per
+    table and topic of its ``topics``; a topic of the window with no change gets one row without
+    table and 0 changes merged. Rows in topic, then table order; the lag of a row without its
+    table's freshness is read from bronze.
     """
 
     tables: tuple[TableResult, ...] = ()
@@ -189,8 +196,15 @@ class SilverResult(Sequence):
         return len(self.tables)
 
     def metric_values(self, topics: Sequence[str]) -> list[MetricValues]:
+        import datetime as dt
+
+        def newest(r: TableResult) -> dict:
+            if r.newest_source_ts_ms is None:
+                return {}
+            return {"newest_source_ts": dt.datetime.fromtimestamp(r.newest_source_ts_ms / 1000, dt.timezone.utc)}
+
         out = [(t, {"silver_table": r.table, "changes_merged": int(r.changes), "keys_upserted": int(r.upserts),
-                    "keys_deleted": int(r.deletes)}) for r in self.tables for t in r.topics]
+                    "keys_deleted": int(r.deletes), **newest(r)}) for r in self.tables for t in r.topics]
         seen = {t for t, _ in out}
         out += [(t, {"changes_merged": 0}) for t in topics if t not in seen]
         return sorted(out, key=lambda v: (v[0], v[1].get("silver_table") or ""))

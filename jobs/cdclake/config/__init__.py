@@ -42,15 +42,15 @@ from cdclake.config.connections import (AIRFLOW_CONN_PREFIX, CONNECTION_ENV_PREF
                                         connection_ids, env_connection, parse_connection)
 from cdclake.config.environment import REPO_ROOT, pipelines_dir, stack_value, state_dir
 from cdclake.config.loading import load_pipeline, load_pipelines
-from cdclake.config.models import (MASK, SECRET_SETTING_RE, AirflowConfig, CatalogConfig, GatesConfig, KafkaConfig,
-                                   LandConfig, LocksConfig, MaintenanceConfig, NormalizeConfig, PipelineConfig,
+from cdclake.config.models import (MASK, SECRET_SETTING_RE, AirflowConfig, CatalogConfig, FreshnessConfig, GatesConfig,
+                                   KafkaConfig, LandConfig, LocksConfig, MaintenanceConfig, NormalizeConfig, PipelineConfig,
                                    ReconcileConfig, SilverConfig, SourceConfig, SparkConfig, StageTimeouts)
 from cdclake.errors import ConfigError
 
 __all__ = [
     "AIRFLOW_CONN_PREFIX", "CONNECTION_ENV_PREFIX", "ConfigError", "Connections", "MASK", "REPO_ROOT",
-    "SECRET_SETTING_RE", "AirflowConfig", "CatalogConfig", "GatesConfig", "KafkaConfig", "LandConfig", "LocksConfig",
-    "MaintenanceConfig", "NormalizeConfig", "PipelineConfig", "ReconcileConfig", "SilverConfig", "SourceConfig", "SparkConfig",
-    "StageTimeouts", "apply_connections", "connection_ids", "env_connection", "load_pipeline", "load_pipelines",
+    "SECRET_SETTING_RE", "AirflowConfig", "CatalogConfig", "FreshnessConfig", "GatesConfig", "KafkaConfig", "LandConfig",
+    "LocksConfig", "MaintenanceConfig", "NormalizeConfig", "PipelineConfig", "ReconcileConfig", "SilverConfig",
+    "SourceConfig", "SparkConfig", "StageTimeouts", "apply_connections", "connection_ids", "env_connection", "load_pipeline", "load_pipelines",
     "parse_connection", "pipelines_dir", "stack_value", "state_dir",
 ]

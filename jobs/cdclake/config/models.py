@@ -1,5 +1,5 @@
 """The sections of a pipeline file as pydantic models, validated on load: Kafka, catalog, sources,
-land, normalize, locks, silver, gates, Spark, Airflow, maintenance and reconcile, and the whole
+land, normalize, locks, silver, gates, Spark, Airflow, maintenance, reconcile and freshness, and the whole
 :class:`PipelineConfig`. Secret settings are masked in their ``repr``.
 """
 from __future__ import annotations
@@ -193,6 +193,11 @@ class SilverConfig(_Model):
     such tables merges them in Spark tasks, whose Python workers run in parallel (driver threads
     share one interpreter); a table to create or evolve, or one needing position deletes, is then
     merged by the driver. 0 merges them in the driver always.
+
+    ``hourly_tags``: after a window's commits, tag each silver table it changed ``cdc-<YYYYMMDDHH>``
+    of the window's last hour, so that ``VERSION AS OF 'cdc-2024010114'`` reads the table as of
+    the end of that hour (:mod:`cdclake.silver.snapshots`; retention
+    ``maintenance.hourly_tag_retention_hours``). Default true.
     """
 
     namespace: str = "silver"
@@ -205,6 +210,7 @@ class SilverConfig(_Model):
     file_merge_max_changes: int = Field(20_000, ge=0)
     file_rewrite_max_rows: int = Field(50_000, ge=0)
     file_merge_task_tables: int = Field(32, ge=0)
+    hourly_tags: bool = True
 
 
 class GatesConfig(_Model):
@@ -292,6 +298,10 @@ class MaintenanceConfig(_Model):
     tombstone tables are never subject to retention.
     ``rewrite_data_files``: compact small data files (and apply position deletes) with Iceberg
     ``rewrite_data_files`` on the silver, history, tombstone and bronze tables (default true).
+    ``hourly_tag_retention_hours``: the silver tables' hourly tags (``cdc-<YYYYMMDDHH>``,
+    ``silver.hourly_tags``) whose hour ended more than this many hours ago are removed before
+    snapshots expire, and each tag gets Iceberg's ``max-ref-age-ms`` of as long; a tagged
+    snapshot is never expired (default 168, a week; None: tags are kept until removed by hand).
     """
 
     schedule: Optional[str] = "@daily"
@@ -301,6 +311,72 @@ class MaintenanceConfig(_Model):
     raw_retention_hours: Optional[int] = Field(None, ge=1)
     bronze_retention_hours: Optional[int] = Field(None, ge=1)
     rewrite_data_files: bool = True
+    hourly_tag_retention_hours: Optional[int] = Field(24 * 7, ge=1)
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def duration_s(value: Any) -> Optional[float]:
+    """Seconds of a duration setting: a number (seconds) or text such as ``90``, ``90s``, ``15m``,
+    ``2h``, ``1d``, ``500ms``; None stays None. Raises ValueError for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        m = _DURATION_RE.match(str(value))
+        if m is None:
+            raise ValueError(f"{value!r} is not a duration (a number of seconds, or e.g. 90s, 15m, 2h, 1d)")
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{value!r}: a duration must be positive")
+    return seconds
+
+
+class FreshnessConfig(_Model):
+    """Freshness SLAs of the silver tables (:mod:`cdclake.freshness`).
+
+    A silver table's freshness is the newest source commit time applied to it, as its last
+    silver commit recorded (``cdc.newest-source-ts-ms`` in the snapshot summary); its lag is the
+    time from then to now. ``max_lag``: the most lag allowed for every silver table of the
+    pipeline, a duration (seconds, or text: ``90s``, ``15m``, ``2h``, ``1d``); None (the default):
+    no SLA. ``tables``: per silver table name (unquoted, in ``silver.namespace``), a ``max_lag``
+    of its own, which wins over the pipeline's. When a table's lag exceeds its SLA, the pipeline
+    DAG's ``freshness`` task (after silver's gate) fails naming the tables, their lag and the SLA,
+    so ``airflow.on_failure_callback`` fires even though every stage succeeded (a topic that went
+    silent upstream). Read in seconds: :attr:`max_lag_s`, :meth:`table_max_lag_s`.
+    """
+
+    max_lag: Optional[Any] = None
+    tables: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("max_lag")
+    @classmethod
+    def _max_lag(cls, v: Any) -> Optional[float]:
+        return duration_s(v)
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, v: dict) -> dict[str, float]:
+        return {str(k): duration_s(d) for k, d in v.items()}
+
+    @property
+    def max_lag_s(self) -> Optional[float]:
+        """The pipeline's SLA in seconds (None: none)."""
+        return self.max_lag
+
+    def table_max_lag_s(self, table: str) -> Optional[float]:
+        """The SLA of silver table ``table`` in seconds: its own, else the pipeline's (None: none)."""
+        return self.tables.get(table, self.max_lag)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any SLA is set."""
+        return self.max_lag is not None or bool(self.tables)
 
 
 class ReconcileConfig(_Model):
@@ -347,6 +423,7 @@ class PipelineConfig(_Model):
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     reconcile: Optional[ReconcileConfig] = None
+    freshness: FreshnessConfig = Field(default_factory=FreshnessConfig)
     path: Optional[str] = None
 
     @field_validator("sources")

@@ -77,6 +77,8 @@ from cdclake.silver.history import apply_history
 from cdclake.silver.keys import carry_over, keyed_rows_with_moves, replay_rows, with_tombstones
 from cdclake.silver.merge import merge_into, merge_source, merge_view
 from cdclake.silver.small import merge_small_table, merge_small_tables, small_batch
+from cdclake.silver.snapshots import (NEWEST_TS_MS, batch_properties, commit_properties, java_lineage, java_table,
+                                      ledger_end_offsets, recorded, spark_commit_properties, tag_tables)
 from cdclake.silver.tables import (BatchSummary, after_truncate, apply_truncates, batch_schema, ensure_silver_table,
                                    has_key_changes, mark_key_changes, new_table_options, open_silver_table,
                                    record_tombstones, summarize_batch)
@@ -132,7 +134,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     (:data:`cdclake.lake.SOURCE_TABLE_PROPERTY`); Spark errors propagate.
     """
     st, name = open_silver_table(spark, cfg, st)
-    result = TableResult(table=name)
+    result = TableResult(table=name, silver_name=st.silver_name)
     if summary is None:
         summary = next(iter(summarize_batch(changes).values()), BatchSummary())
     result.changes, result.topics = summary.changes, list(summary.topics)
@@ -163,7 +165,13 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
             mark_key_changes(spark, name)
         keyed = materialize(carry_over(spark, name, keyed, pk, types))
     src = merge_source(keyed, len(pk), truncated_at, list(types), by_column=summary.partial)
-    counts = merge_into(spark, cfg, name, src, pk, types, into_empty=new_table)
+    props = None
+    if summary.snapshot:  # the MERGE's commit records the window (cdclake.silver.snapshots)
+        jt = java_table(spark, cfg, cfg.silver.namespace, st.silver_name)
+        props = commit_properties(summary.snapshot, recorded(java_lineage(jt)) if jt is not None else None)
+        result.newest_source_ts_ms = int(props[NEWEST_TS_MS]) if NEWEST_TS_MS in props else None
+    with spark_commit_properties(spark, props or {}):
+        counts = merge_into(spark, cfg, name, src, pk, types, into_empty=new_table)
     result.upserts, result.deletes = counts["upsert"], counts["delete"]
     if cfg.silver.delete_mode == "hard" and result.deletes:
         record_tombstones(spark, cfg, st, merge_view(name), len(pk))
@@ -187,7 +195,8 @@ def apply_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
     result.changes, result.topics = summary.changes, list(summary.topics)
     pk, types = summary.schema(name)
     merge_small_table(spark, cfg, pycat, st, name, pk, types, rows, result,
-                      lambda: ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st)))
+                      lambda: ensure_silver_table(spark, cfg, name, pk, types, result, **new_table_options(cfg, st)),
+                      snapshot=summary.snapshot)
     log.info("silver %s: %d changes -> %d keys upserted, %d deleted (file level)", name, result.changes,
              result.upserts, result.deletes)
     return result
@@ -200,6 +209,11 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     history tables and temporary views; source tables of one silver name are merged in turn).
     Returns a :class:`cdclake.results.SilverResult`: one :class:`TableResult` per merged table, in
     the order of :func:`cdclake.silver.tables.summarize_batch` (grouped by silver name).
+
+    Each table's commit records the window, the ledger's end offsets and the newest source
+    position and time applied in its snapshot summary, and each table the window changed is
+    tagged ``cdc-<YYYYMMDDHH>`` of the window's last hour (``silver.hourly_tags``;
+    :mod:`cdclake.silver.snapshots`).
 
     Raises :class:`SilverError` listing the tables that failed, after all others are merged.
     """
@@ -228,7 +242,10 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     # source tables whose silver names are equal (names shortened to 255 characters) are merged
     # one after the other, by one thread: the first creates the table, the next finds it taken
     groups: dict[str, list] = {}
-    for st, summary in summarize_batch(bronze, prefixes).items():
+    summaries = summarize_batch(bronze, prefixes)
+    ends = ledger_end_offsets(cfg, window, topics) if summaries else {}
+    for st, summary in summaries.items():
+        summary.snapshot = batch_properties(window, summary.topics, ends, summary.newest_position, summary.newest_ts_ms)
         groups.setdefault(st.silver_name, []).append((st, summary))
     # small batches first, at the file level (tables it does not take go on to Spark's MERGE)
     small = [g[0] for g in groups.values() if len(g) == 1
@@ -267,4 +284,7 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     errors = [e for _, e in done if e is not None]
     if errors:
         raise SilverError(f"{len(errors)} table(s) not merged: " + "; ".join(errors))
-    return SilverResult(tuple(r for r, _ in done if r is not None))
+    results = tuple(r for r, _ in done if r is not None)
+    if cfg.silver.hourly_tags:
+        tag_tables(spark, cfg, sorted({r.silver_name for r in results if r.changes and r.silver_name}), window)
+    return SilverResult(results)

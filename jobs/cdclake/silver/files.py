@@ -170,17 +170,18 @@ class TableFiles:
             parts.append(rows)
         return pa.concat_tables(parts) if parts else place.empty_table()
 
-    def rewrite(self, rows: list[dict], what: str = "") -> bool:
+    def rewrite(self, rows: list[dict], what: str = "", props: Optional[dict] = None) -> bool:
         """Replace the data files :meth:`read` read (every data file of the buckets it was asked
         for) by new ones holding ``rows`` (dicts of the table's columns), in one pyiceberg
         overwrite (copy-on-write; an append when it read none), which fails when another commit
         came after the snapshot read. Position delete files of the replaced files are left to
         maintenance (they no longer match a live file). ``what`` goes to the snapshot summary as
-        ``cdc.operation``. Returns False when there is nothing to commit."""
+        ``cdc.operation``, with ``props`` (:mod:`cdclake.silver.snapshots`). Returns False when
+        there is nothing to commit."""
         old = list(self.data_files.values())
         if not old and not rows:
             return False
-        props = {"cdc.operation": what} if what else {}
+        props = {**(props or {}), **({"cdc.operation": what} if what else {})}
         with transaction(self.table) as tx:
             stage_replace(tx, old, self._data_files(tx.table_metadata, rows), props)
         return True
@@ -191,13 +192,15 @@ class TableFiles:
         with self.table.io.new_input(path).open() as f:
             return pq.ParquetFile(f).read(columns=columns)  # one file: no dataset discovery
 
-    def commit(self, rows: list[dict], deletes: Iterable[tuple[str, int]], what: str = "") -> bool:
+    def commit(self, rows: list[dict], deletes: Iterable[tuple[str, int]], what: str = "",
+               props: Optional[dict] = None) -> bool:
         """Write ``rows`` (dicts of the table's columns, Python values as pyarrow takes them) as
         new data files (pyiceberg's writer: one per bucket) and ``deletes`` (``(data file
         location, position)`` of rows :meth:`read` read) as position delete files (one per
         bucket), then commit both in one ``RowDelta`` validated against the changes committed
         since the snapshot read (the data files it deletes from must still exist). ``what`` goes
-        to the snapshot summary as ``cdc.operation``. Returns False when there is nothing to commit.
+        to the snapshot summary as ``cdc.operation``, with ``props``. Returns False when there is
+        nothing to commit.
         Raises :class:`NotFileLevel` before writing anything without a Spark session (in a task)."""
         deletes = sorted(set(deletes))
         if not rows and not deletes:
@@ -228,6 +231,8 @@ class TableFiles:
             delta.validateDeletedFiles()
         delta.validateNoConflictingDataFiles()
         delta.validateNoConflictingDeleteFiles()
+        for k, v in (props or {}).items():
+            delta.set(k, v)
         if what:
             delta.set("cdc.operation", what)
         delta.commit()

@@ -49,6 +49,7 @@ from cdclake.lake import (KEY_CHANGES_PROPERTY, LAST_CHANGE_COLUMNS, META_COLUMN
 from cdclake.silver.rowmerge import collapse_rows, keyed_change, lazy_converter, merge_row, same_row, tombstone_change
 from cdclake.results import TableResult
 from cdclake.silver.files import FILE_COLUMN, POS_COLUMN, TableFiles
+from cdclake.silver.snapshots import NEWEST_TS_MS, commit_properties, pyiceberg_lineage, recorded
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,7 +123,8 @@ def _tombstones(spark: "SparkSession", cfg: PipelineConfig, pycat, st: SourceTab
 
 def merge_small_table(spark: Optional["SparkSession"], cfg: PipelineConfig, pycat, st: SourceTable, name: str,
                       pk: list[str], types: dict[str, str], rows: list[dict], result: TableResult,
-                      ensure_table: Callable[[], None], driver_pid: Optional[int] = None) -> TableResult:
+                      ensure_table: Callable[[], None], driver_pid: Optional[int] = None,
+                      snapshot: Optional[dict] = None) -> TableResult:
     """Merge one source table's bronze ``rows`` (:func:`read_small_batches`) into its silver
     table ``name`` (quoted) at the file level; ``pk`` and ``types`` as the batch summary gives
     them; ``ensure_table`` creates or evolves the table with Spark
@@ -131,6 +133,9 @@ def merge_small_table(spark: Optional["SparkSession"], cfg: PipelineConfig, pyca
     ``spark`` None (in a Spark task, :func:`merge_in_tasks`): what needs the driver's Spark (a
     table to create or evolve, a tombstone table to create, a position-delete commit) raises
     :class:`NotFileLevel` before anything is written; the kill point then stops ``driver_pid``.
+    ``snapshot``: the batch's snapshot summary properties
+    (:attr:`cdclake.silver.tables.BatchSummary.snapshot`), raised to the table's running maxima
+    (:func:`cdclake.silver.snapshots.commit_properties`) and committed with the merge.
     Raises :class:`NotFileLevel` before writing anything when the batch or the table is one this
     path does not take; Iceberg's and Spark's errors propagate."""
     namespace = cfg.silver.namespace
@@ -193,13 +198,17 @@ def merge_small_table(spark: Optional["SparkSession"], cfg: PipelineConfig, pyca
             replaced.add(place)
         if row is not None:
             new_rows.append(row)
+    props = commit_properties(snapshot, recorded(pyiceberg_lineage(files.table))) if snapshot else None
     if len(live) <= cfg.silver.file_rewrite_max_rows:
         if new_rows or replaced:
             kept = [{c: v for c, v in r.items() if c not in (FILE_COLUMN, POS_COLUMN)} for r in live
                     if (r[FILE_COLUMN], r[POS_COLUMN]) not in replaced]
-            files.rewrite(kept + new_rows, "merge")
+            files.rewrite(kept + new_rows, "merge", props)
     else:
-        files.commit(new_rows, replaced, "merge")
+        files.commit(new_rows, replaced, "merge", props)
+    result.silver_name = st.silver_name
+    if props and NEWEST_TS_MS in props:
+        result.newest_source_ts_ms = int(props[NEWEST_TS_MS])
     kill_point("silver.merged", driver_pid)
     result.upserts = sum(1 for s in src if s["op"] == "upsert")
     result.deletes = sum(1 for s in src if s["op"] == "delete")
@@ -273,7 +282,7 @@ def _driver_only() -> None:
 
 
 def merge_part(cfg: PipelineConfig, driver_pid: int, part: list[tuple]) -> list[tuple]:
-    """In a Spark task: :func:`merge_small_table` for each ``(i, st, name, pk, types, rows)`` of
+    """In a Spark task: :func:`merge_small_table` for each ``(i, st, name, pk, types, snapshot, rows)`` of
     ``part``, without Spark (``spark`` None). Returns ``(i, TableResult or None, error or None)``
     per table: a result when merged; neither when it needs the driver or Spark's MERGE
     (:class:`NotFileLevel`, raised before anything is written); the error's line when it failed."""
@@ -281,11 +290,11 @@ def merge_part(cfg: PipelineConfig, driver_pid: int, part: list[tuple]) -> list[
 
     pycat = _task_catalog(cfg)
     out = []
-    for i, st, name, pk, types, rows in part:
+    for i, st, name, pk, types, snapshot, rows in part:
         result = TableResult(table=name)
         try:
             out.append((i, merge_small_table(None, cfg, pycat, st, name, pk, types, rows, result, _driver_only,
-                                             driver_pid), None))
+                                             driver_pid, snapshot), None))
         except NotFileLevel:
             out.append((i, None, None))
         except Exception as exc:  # named in the driver's SilverError, as a driver thread's failure is
@@ -294,7 +303,7 @@ def merge_part(cfg: PipelineConfig, driver_pid: int, part: list[tuple]) -> list[
 
 
 def merge_in_tasks(spark: "SparkSession", cfg: PipelineConfig, work: list[tuple]) -> list[tuple]:
-    """:func:`merge_part` over ``work`` (``(i, st, name, pk, types, rows)`` per table) in one Spark
+    """:func:`merge_part` over ``work`` (``(i, st, name, pk, types, snapshot, rows)`` per table) in one Spark
     job of up to :data:`TASKS_PER_CORE` tasks per core: Python workers merge and commit tables in
     parallel, where driver threads share one interpreter's lock. Tables are dealt to the tasks
     largest first. Returns :func:`merge_part`'s tuples, one per table."""
@@ -302,7 +311,7 @@ def merge_in_tasks(spark: "SparkSession", cfg: PipelineConfig, work: list[tuple]
 
     sc = spark.sparkContext
     n = max(1, min(len(work), TASKS_PER_CORE * sc.defaultParallelism))
-    order = sorted(work, key=lambda w: -len(w[5]))
+    order = sorted(work, key=lambda w: -len(w[-1]))
     parts = [order[j::n] for j in range(n)]
     pid = os.getpid()
     sc.setJobDescription(f"silver: file-level merge of {len(work)} tables")
@@ -339,7 +348,7 @@ def merge_small_tables(spark: "SparkSession", cfg: PipelineConfig, bronze: "Data
         work = []
         for i, (st, summary) in enumerate(items):
             try:
-                work.append((i, *prepare(st, summary), batches[st]))
+                work.append((i, *prepare(st, summary), summary.snapshot, batches[st]))
             except Exception:  # the driver's path meets it again and names it
                 continue
         left = set(range(len(items)))

@@ -81,7 +81,12 @@ class BatchSummary:
     when every change that is not a truncate has that key, else None; ``partial``: most changes
     with an after image carry fewer columns than the batch's after images of the table carry
     together (partial images: SharePlex updates, Qlik ``columnMask``), as :func:`partial_images`
-    tells from the images' column lists.
+    tells from the images' column lists. ``newest_position``: the source position (a tuple of
+    integers) of the batch's latest change in the source's order, truncates included (None: no
+    change); ``newest_ts_ms``: the greatest source commit time of its changes (ms since the
+    epoch; None: none carries one), both recorded in the silver commit's snapshot summary
+    (:mod:`cdclake.silver.snapshots`). ``snapshot``: that commit's properties of the batch, set by
+    the silver stage (:func:`cdclake.silver.snapshots.batch_properties`; empty: none).
     """
 
     changes: int = 0
@@ -93,6 +98,9 @@ class BatchSummary:
     topics: list[str] = field(default_factory=list)
     moves: Optional[bool] = None
     partial: bool = False
+    newest_position: Optional[tuple] = None
+    newest_ts_ms: Optional[int] = None
+    snapshot: dict = field(default_factory=dict)
 
     def schema(self, table: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
         """Primary key and column types (widened over the batch), in source order; see :func:`batch_schema`."""
@@ -124,7 +132,8 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
     ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
     entries), ``after`` and ``before`` (the images' column names) and ``primary_key``, with ``n``
     (changes), ``last`` and ``first`` (the latest and first order), ``topics`` and ``moves``
-    (whether a change is a key change under its own primary key; null when none has a key). The
+    (whether a change is a key change under its own primary key; null when none has a key),
+    ``newest_ts`` (the greatest ``source_ts_ms``). The
     primary key is a grouping key rather than three aggregates over every row (the key of the
     latest, the least and the greatest), which cost more than the few groups it adds."""
     from pyspark.sql import functions as F
@@ -134,12 +143,13 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
     prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
     return (changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
                            (F.col("op") == "truncate").alias("_trunc"), "column_types", "after", "before",
-                           "primary_key", order.alias("_ord"),
+                           "primary_key", "source_ts_ms", order.alias("_ord"),
                            F.when(F.col("primary_key").isNotNull(), key_change(F.col("primary_key"))).alias("_moved"))
             .groupBy(*_IDS, "_trunc", F.map_entries("column_types").alias("types"), F.map_keys("after").alias("after"),
                      F.map_keys("before").alias("before"), "primary_key")
             .agg(F.count("*").alias("n"), F.max("_ord").alias("last"), F.min("_ord").alias("first"),
-                 F.collect_set("kafka_topic").alias("topics"), F.max("_moved").alias("moves")))
+                 F.collect_set("kafka_topic").alias("topics"), F.max("_moved").alias("moves"),
+                 F.max("source_ts_ms").alias("newest_ts")))
 
 
 def order_key(value) -> tuple:
@@ -173,10 +183,15 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
     placed: dict[tuple, tuple] = {}  # (table, column) -> key of the first (order, image, place) carrying it
     moves: dict[tuple, list] = {}  # table -> [(primary key, key change)] of its data changes' shapes
     images: dict[tuple, list] = {}  # table -> [(after image's column list, changes)] of its data changes' shapes
+    newest: dict[tuple, tuple] = {}  # table -> (key of its latest order, that order)
     for r in _shapes(changes, prefixes).collect():
         ids = tuple(r[c] for c in _IDS)
         summary = out.setdefault(ids, BatchSummary())
         summary.changes += int(r["n"])
+        if r["newest_ts"] is not None and (summary.newest_ts_ms is None or r["newest_ts"] > summary.newest_ts_ms):
+            summary.newest_ts_ms = int(r["newest_ts"])
+        if r["last"] is not None and (ids not in newest or order_key(r["last"]) > newest[ids][0]):
+            newest[ids] = (order_key(r["last"]), r["last"])
         topics.setdefault(ids, set()).update(r["topics"])
         trunc = r["_trunc"]  # null (no op): neither a truncate nor a data change, as in SQL
         if trunc is True:
@@ -206,11 +221,18 @@ def summarize_batch(changes: "DataFrame", prefixes: Optional[dict[str, str]] = N
         summary.topics = sorted(topics[ids])
         summary.moves = known_moves(summary.primary_key, moves.get(ids, []))
         summary.partial = partial_images(images.get(ids, []))
+        summary.newest_position = newest_position(newest[ids][1]) if ids in newest else None
     for (ids, c, t), _ in sorted(typed.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][2] or "")):
         out[ids].typed.append((c, t))
     for (ids, c), _ in sorted(placed.items(), key=lambda kv: kv[1]):
         out[ids].columns.append(c)
     return {SourceTable(*k): v for k, v in sorted(out.items(), key=lambda kv: SourceTable(*kv[0]).silver_name)}
+
+
+def newest_position(order) -> Optional[tuple]:
+    """:attr:`BatchSummary.newest_position` of a change's order as collected (its first field,
+    the source position, as a tuple of integers)."""
+    return None if order is None or order[0] is None else tuple(int(v) for v in order[0])
 
 
 def known_moves(pk: list[str], shapes: list[tuple]) -> Optional[bool]:
@@ -245,7 +267,8 @@ def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, 
         F.max(F.when(F.col("_trunc"), F.col("last"))).alias("truncate"), F.max_by("primary_key", data).alias("pk"),
         F.array_sort(F.array_distinct(F.flatten(F.collect_list("topics")))).alias("topics"),
         F.collect_list(F.when(on_data, F.struct("primary_key", "moves"))).alias("moves"),
-        F.collect_list(F.when(on_data, F.struct("after", "n"))).alias("images")).collect()
+        F.collect_list(F.when(on_data, F.struct("after", "n"))).alias("images"),
+        F.max("last").alias("newest"), F.max("newest_ts").alias("newest_ts")).collect()
     out: dict[tuple, BatchSummary] = {}
     for r in tables:
         pk = list(r["pk"] or [])
@@ -253,7 +276,9 @@ def summarize_batch_in_spark(changes: "DataFrame", prefixes: Optional[dict[str, 
             changes=int(r["changes"]), rows=int(r["rows"] or 0),
             truncate=None if r["truncate"] is None else tuple(r["truncate"])[:3],
             primary_key=pk, topics=list(r["topics"]), moves=known_moves(pk, [tuple(m) for m in r["moves"]]),
-            partial=partial_images([(i["after"], int(i["n"])) for i in r["images"]]))
+            partial=partial_images([(i["after"], int(i["n"])) for i in r["images"]]),
+            newest_position=newest_position(r["newest"]),
+            newest_ts_ms=None if r["newest_ts"] is None else int(r["newest_ts"]))
     shaped = shapes.where(~F.col("_trunc"))
     # types in the order of the latest change carrying each (column, type) pair
     for r in (shaped.select(*ids, F.explode("types").alias("ct"), "last")
