@@ -152,7 +152,8 @@ class TableResult:
     the table's changes of the window came from; ``silver_name``: the silver table's name in its
     namespace, unquoted; ``newest_source_ts_ms``: the newest source commit time applied to the
     table so far, as its silver commit recorded it (ms since the epoch; None: unknown,
-    :mod:`cdclake.silver.snapshots`).
+    :mod:`cdclake.silver.snapshots`); ``hour_tag``: the hourly tag its file-level commit set on
+    its own snapshot (empty: none, the stage tags the table after its commit).
     """
 
     table: str
@@ -165,6 +166,7 @@ class TableResult:
     topics: list[str] = field(default_factory=list)
     silver_name: str = ""
     newest_source_ts_ms: Optional[int] = None
+    hour_tag: str = ""
 
 
 @dataclass(frozen=True, eq=False)

@@ -286,5 +286,5 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
         raise SilverError(f"{len(errors)} table(s) not merged: " + "; ".join(errors))
     results = tuple(r for r, _ in done if r is not None)
     if cfg.silver.hourly_tags:
-        tag_tables(spark, cfg, sorted({r.silver_name for r in results if r.changes and r.silver_name}), window)
+        tag_tables(spark, cfg, sorted({r.silver_name for r in results if r.changes and r.silver_name and not r.hour_tag}), window)
     return SilverResult(results)

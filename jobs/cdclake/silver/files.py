@@ -170,20 +170,27 @@ class TableFiles:
             parts.append(rows)
         return pa.concat_tables(parts) if parts else place.empty_table()
 
-    def rewrite(self, rows: list[dict], what: str = "", props: Optional[dict] = None) -> bool:
+    def rewrite(self, rows: list[dict], what: str = "", props: Optional[dict] = None, tag: Optional[str] = None,
+                tag_max_age_ms: Optional[int] = None) -> bool:
         """Replace the data files :meth:`read` read (every data file of the buckets it was asked
         for) by new ones holding ``rows`` (dicts of the table's columns), in one pyiceberg
         overwrite (copy-on-write; an append when it read none), which fails when another commit
         came after the snapshot read. Position delete files of the replaced files are left to
         maintenance (they no longer match a live file). ``what`` goes to the snapshot summary as
-        ``cdc.operation``, with ``props`` (:mod:`cdclake.silver.snapshots`). Returns False when
-        there is nothing to commit."""
+        ``cdc.operation``, with ``props`` (:mod:`cdclake.silver.snapshots`). ``tag``: a tag set on
+        the new snapshot in the same commit (created or moved; ``max-ref-age-ms``
+        ``tag_max_age_ms``). Returns False when there is nothing to commit."""
         old = list(self.data_files.values())
         if not old and not rows:
             return False
         props = {**(props or {}), **({"cdc.operation": what} if what else {})}
         with transaction(self.table) as tx:
             stage_replace(tx, old, self._data_files(tx.table_metadata, rows), props)
+            if tag:
+                from pyiceberg.table.update.snapshot import ManageSnapshots
+
+                ManageSnapshots(tx).create_tag(tx.table_metadata.current_snapshot().snapshot_id, tag,
+                                               tag_max_age_ms).commit()
         return True
 
     def _read_parquet(self, path: str, columns: Optional[list[str]] = None) -> "pa.Table":

@@ -49,7 +49,8 @@ from cdclake.lake import (KEY_CHANGES_PROPERTY, LAST_CHANGE_COLUMNS, META_COLUMN
 from cdclake.silver.rowmerge import collapse_rows, keyed_change, lazy_converter, merge_row, same_row, tombstone_change
 from cdclake.results import TableResult
 from cdclake.silver.files import FILE_COLUMN, POS_COLUMN, TableFiles
-from cdclake.silver.snapshots import NEWEST_TS_MS, commit_properties, pyiceberg_lineage, recorded
+from cdclake.silver.snapshots import (NEWEST_TS_MS, commit_properties, commit_tag, pyiceberg_lineage, recorded,
+                                      tag_max_age_ms)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -203,7 +204,9 @@ def merge_small_table(spark: Optional["SparkSession"], cfg: PipelineConfig, pyca
         if new_rows or replaced:
             kept = [{c: v for c, v in r.items() if c not in (FILE_COLUMN, POS_COLUMN)} for r in live
                     if (r[FILE_COLUMN], r[POS_COLUMN]) not in replaced]
-            files.rewrite(kept + new_rows, "merge", props)
+            tag = commit_tag(cfg, props, iter(files.table.metadata.refs))
+            if files.rewrite(kept + new_rows, "merge", props, tag, tag_max_age_ms(cfg)) and tag:
+                result.hour_tag = tag
     else:
         files.commit(new_rows, replaced, "merge", props)
     result.silver_name = st.silver_name

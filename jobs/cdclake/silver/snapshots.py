@@ -38,7 +38,9 @@ their tags: their state at the end of ``H`` is that of their newest tag before `
 ``max-ref-age-ms`` = ``maintenance.hourly_tag_retention_hours`` (Iceberg's ``expire_snapshots``
 drops it once its snapshot is older), and the maintenance job removes the tags whose hour ended
 more than that many hours ago (:func:`remove_hour_tags`); Iceberg never expires a snapshot a tag
-references. ``silver.hourly_tags: false`` turns tagging off.
+references. ``silver.hourly_tags: false`` turns tagging off. A table the file-level path
+rewrites (a pyiceberg overwrite) gets its tag in that same commit (:func:`commit_tag`); every
+other one in a commit of its own after the window's merges (:func:`tag_tables`).
 """
 from __future__ import annotations
 
@@ -185,7 +187,31 @@ def spark_commit_properties(spark: "SparkSession", props: Mapping[str, str]):
 def hour_tag(window: Window) -> str:
     """``cdc-<YYYYMMDDHH>`` of the window's last hour (``end - 1 h``, UTC): the tag of the state
     at the end of that hour."""
-    return TAG_PREFIX + (window.end.astimezone(UTC) - dt.timedelta(hours=1)).strftime("%Y%m%d%H")
+    return _end_tag(window.end)
+
+
+def _end_tag(end: dt.datetime) -> str:
+    return TAG_PREFIX + (end.astimezone(UTC) - dt.timedelta(hours=1)).strftime("%Y%m%d%H")
+
+
+def tag_max_age_ms(cfg: PipelineConfig) -> Optional[int]:
+    """The hourly tags' ``max-ref-age-ms``: ``maintenance.hourly_tag_retention_hours`` in ms (None: kept)."""
+    retention = cfg.maintenance.hourly_tag_retention_hours
+    return None if retention is None else retention * 3_600_000
+
+
+def commit_tag(cfg: PipelineConfig, props: Optional[Mapping[str, str]], tags: Iterator[str]) -> Optional[str]:
+    """The hourly tag a pyiceberg silver commit carrying summary ``props`` (:func:`commit_properties`)
+    sets on its own snapshot, in the same commit: :func:`hour_tag` of the window ``props`` name, or
+    None when ``silver.hourly_tags`` is off, ``props`` name no window, or ``tags`` (the names of
+    the table's refs) hold an hourly tag of a later hour (the rule of :func:`tag_tables`)."""
+    if not cfg.silver.hourly_tags or not props or WINDOW_END not in props:
+        return None
+    tag = _end_tag(dt.datetime.fromisoformat(props[WINDOW_END]))
+    hour = tag_hour(tag)
+    if any(h is not None and h > hour for h in map(tag_hour, tags)):
+        return None
+    return tag
 
 
 def tag_hour(tag: str) -> Optional[dt.datetime]:
@@ -213,7 +239,7 @@ def tag_tables(spark: "SparkSession", cfg: PipelineConfig, names: list[str], win
     Iceberg's errors propagate (the tables are merged: a rerun of the window tags them)."""
     tag = hour_tag(window)
     hour = tag_hour(tag)
-    retention = cfg.maintenance.hourly_tag_retention_hours
+    max_age_ms = tag_max_age_ms(cfg)
     done = []
     for name in names:
         jt = java_table(spark, cfg, cfg.silver.namespace, name)
@@ -225,8 +251,8 @@ def tag_tables(spark: "SparkSession", cfg: PipelineConfig, names: list[str], win
             continue
         manage = jt.manageSnapshots()
         manage = (manage.replaceTag if tag in tags else manage.createTag)(tag, snap.snapshotId())
-        if retention is not None:
-            manage = manage.setMaxRefAgeMs(tag, retention * 3_600_000)
+        if max_age_ms is not None:
+            manage = manage.setMaxRefAgeMs(tag, max_age_ms)
         manage.commit()
         done.append(name)
     log.info("silver: tagged %d table(s) %s", len(done), tag)
