@@ -200,6 +200,51 @@ def test_land_and_its_gate_read_the_ledger_around_the_window_not_every_hour_kept
     assert land_frames(cfg, _window(2, 3, topic))["ledger"].iloc[0][["ranges", "gaps", "overlaps"]].tolist() == [3, 2, 0]
 
 
+def test_the_latest_range_of_each_partition_is_read_from_its_latest_hour(stack, spark, unique, monkeypatch):
+    """Silver's recorded end offsets and reconciliation's start in Kafka read each partition's latest
+    landed range (``cdclake.lake.ledger_latest``): the ledger's file of the topic's latest hour
+    alone, however many hours it keeps; earlier hours only for a partition missing from it."""
+    import pyarrow.parquet as pq
+
+    from cdclake.catalog import qualified
+    from cdclake.lake import MANIFEST_TABLE, ledger_latest
+    from cdclake.land import land
+    from cdclake.reconcile.inflight import ledger_ends
+    from cdclake.silver.snapshots import ledger_end_offsets
+
+    topic = f"latest.{unique}"
+    cfg = _cfg(unique, topic)
+    produce(stack["bootstrap"], topic, [(p, _h(h) + i, None, f"{p}-{h}-{i}") for p in (0, 1) for h in range(6)
+                                        for i in range(p + 1)], partitions=2)
+    assert land(spark, cfg, _window(0, 6, topic)) == {topic: 18}
+    read = []  # ranges in each ledger file read
+    real = pq.ParquetFile.read
+
+    def counted(self, *args, **kwargs):
+        rows = real(self, *args, **kwargs)
+        read.append(rows.num_rows)
+        return rows
+
+    monkeypatch.setattr(pq.ParquetFile, "read", counted)
+
+    def latest(*args, **kwargs) -> list:
+        read.clear()
+        rows = ledger_latest(cfg, [topic], *args, **kwargs)
+        return list(zip(*(rows.column(c).to_pylist() for c in ("kafka_partition", "landed_hour", "end_offset"))))
+
+    both = [(topic, 0), (topic, 1)]
+    assert latest(parts=both) == [(0, hour(5), 6), (1, hour(5), 12)] and sum(read) == 2
+    assert latest(hour(1), hour(3)) == [(0, hour(2), 3), (1, hour(2), 6)] and sum(read) == 2
+    read.clear()
+    assert ledger_end_offsets(cfg, _window(0, 6, topic), [topic]) == {topic: {"0": 6, "1": 12}} and sum(read) == 2
+    read.clear()
+    assert ledger_ends(cfg, [topic], both) == {(topic, 0): 6, (topic, 1): 12} and sum(read) == 2
+    spark.sql(f"DELETE FROM {qualified(cfg, MANIFEST_TABLE)} WHERE kafka_topic = '{topic}' "
+              f"AND kafka_partition = 1 AND landed_hour = TIMESTAMP '{hour(5).isoformat()}'")
+    assert latest() == [(0, hour(5), 6)] and sum(read) == 1
+    assert latest(parts=both) == [(0, hour(5), 6), (1, hour(4), 10)] and sum(read) == 1 + 10
+
+
 def test_land_waits_for_the_settle_time(stack, spark, unique):
     """``land.grace_s`` after the window's end: a run that starts earlier waits until then."""
     import time

@@ -46,7 +46,8 @@ from __future__ import annotations
 from cdclake.lake.changes import (BRONZE_SCHEMA, CHANGE_PYTHON_TYPES, STAGED_MAPS, STAGED_SCHEMA, STAGED_TO_BRONZE,
                                   bronze_frame, bronze_row, staged_row)
 from cdclake.lake.files import FILES_DDL, HourFileWriter, HourTable, data_files, file_batch, write_local
-from cdclake.lake.hours import (LEDGER_COLUMNS, commit_hours, hour_files, hour_table, ledger_around, overwrite,
+from cdclake.lake.hours import (LEDGER_COLUMNS, commit_hours, hour_files, hour_table, ledger_around, ledger_latest,
+                                overwrite,
                                 plan_splits, read_hours, read_splits, stage_replace, transaction)
 from cdclake.lake.naming import (KEY_CHANGES_PROPERTY, MAX_NAME_CHARS, NAME_HASH_DIGITS, PRIMARY_KEY_PROPERTY,
                                  SOURCE_TABLE_PROPERTY, SourceTable, history_namespace, history_table,
@@ -73,7 +74,7 @@ __all__ = [
     "bronze_row", "staged_row",
     # files
     "FILES_DDL", "HourFileWriter", "HourTable", "LEDGER_COLUMNS", "commit_hours", "data_files", "file_batch",
-    "hour_table", "overwrite", "hour_files", "ledger_around", "plan_splits", "read_hours", "read_splits",
+    "hour_table", "overwrite", "hour_files", "ledger_around", "ledger_latest", "plan_splits", "read_hours", "read_splits",
     "stage_replace", "transaction", "write_local",
     # naming
     "KEY_CHANGES_PROPERTY", "MAX_NAME_CHARS", "NAME_HASH_DIGITS", "PRIMARY_KEY_PROPERTY", "SOURCE_TABLE_PROPERTY",

@@ -203,17 +203,23 @@ def read_hours(cfg: PipelineConfig, name: str, topics: Iterable[str], start: Opt
     ``columns`` (None: all), by name (hour tables never rename a column), typed as the table's
     schema; a column added to the table after a file was written reads as nulls in its rows, as
     Iceberg reads it. ``cat``: the pipeline's pyiceberg catalog (None: opened and closed here)."""
+    table = _load(cfg, name, cat)
+    return read_files(table, hour_files(table, topics, start, end), columns)
+
+
+def read_files(table, files: list, columns: Optional[list[str]] = None) -> "pa.Table":
+    """The rows of the data files ``files`` (pyiceberg ``DataFile``\ s of hour table ``table``,
+    as :func:`hour_files` lists them) read as :func:`read_hours` reads them."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    table = _load(cfg, name, cat)
     schema = schema_to_pyarrow(table.schema())
     if columns is not None:
         schema = pa.schema([schema.field(c) for c in columns])
-    files = [f.file_path for f in hour_files(table, topics, start, end)]
+    paths = [f.file_path for f in files]
 
     def read(path: str) -> "pa.Table":
         with table.io.new_input(path).open() as stream:
@@ -224,7 +230,7 @@ def read_hours(cfg: PipelineConfig, name: str, topics: Iterable[str], start: Opt
                                      for f in schema], schema=schema)
 
     with ThreadPoolExecutor(READ_THREADS) as pool:
-        parts = list(pool.map(read, files))
+        parts = list(pool.map(read, paths))
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
@@ -283,6 +289,41 @@ def ledger_around(cfg: PipelineConfig, parts: Iterable[tuple[str, int]], start: 
             for t, p, h in zip(*(rows.column(c).to_pylist() for c in LEDGER_COLUMNS[:3]))]
     rows = rows.filter(pa.array(keep, pa.bool_()))
     return rows.take(pc.sort_indices(rows, [(c, "ascending") for c in LEDGER_COLUMNS[:3]]))
+
+
+def ledger_latest(cfg: PipelineConfig, topics: Iterable[str], start: Optional[dt.datetime] = None,
+                  end: Optional[dt.datetime] = None, parts: Iterable[tuple[str, int]] = (), cat=None) -> "pa.Table":
+    """Per partition of ``topics``, the offset ledger's row of its latest landed hour in ``[start,
+    end)`` (None: unbounded); columns :data:`LEDGER_COLUMNS`, sorted by topic and partition. A
+    partition with no range in those hours is absent.
+
+    The ledger's files of each topic's latest hour are read first (the hours come from the
+    manifests' partition values, no file is opened to find them); land writes a range for every
+    partition it lands each hour, so after hourly runs that one hour holds every partition. Only
+    the topics of the partitions ``parts`` (``(topic, partition)``) not found there are read in
+    their earlier hours. What is read grows with the topics, not with the hours the ledger keeps:
+    the end offsets a silver commit records (:func:`cdclake.silver.snapshots.ledger_end_offsets`)
+    and where reconciliation starts reading Kafka (:mod:`cdclake.reconcile.inflight`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from cdclake.lake.schemas import MANIFEST_TABLE
+
+    table = _load(cfg, MANIFEST_TABLE, cat)
+    files = hour_files(table, topics, start, end)
+    latest: dict[str, int] = {}
+    for f in files:
+        latest[f.partition[0]] = max(latest.get(f.partition[0], f.partition[1]), f.partition[1])
+    rows = read_files(table, [f for f in files if f.partition[1] == latest[f.partition[0]]], LEDGER_COLUMNS)
+    found = set(zip(rows.column("kafka_topic").to_pylist(), rows.column("kafka_partition").to_pylist()))
+    missing = {t for t, p in parts if (t, p) not in found}
+    if missing:
+        earlier = [f for f in files if f.partition[0] in missing and f.partition[1] < latest[f.partition[0]]]
+        rows = pa.concat_tables([rows, read_files(table, earlier, LEDGER_COLUMNS)])
+    rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in LEDGER_COLUMNS[:3]]))
+    keys = list(zip(rows.column("kafka_topic").to_pylist(), rows.column("kafka_partition").to_pylist()))
+    keep = [i == len(keys) - 1 or keys[i] != keys[i + 1] for i in range(len(keys))]
+    return rows.filter(pa.array(keep, pa.bool_()))
 
 
 #: Rows of the Arrow batches :func:`read_splits` yields (Spark's ``arrow.maxRecordsPerBatch``).

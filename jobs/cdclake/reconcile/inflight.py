@@ -19,27 +19,26 @@ from cdclake.config import PipelineConfig
 from cdclake.errors import KafkaUnavailable
 from cdclake.formats import get_parser
 from cdclake.kafka_ranges import _consume, consumer, partitions
-from cdclake.lake import MANIFEST_TABLE, SourceTable, read_hours
+from cdclake.lake import SourceTable, ledger_latest
 from cdclake.reconcile.canonical import image_value, python_text
 from cdclake.record import ChangeRecord, KafkaRecord
 
 log = logging.getLogger(__name__)
 
 
-def ledger_ends(cfg: PipelineConfig, topics: list[str]) -> dict[tuple[str, int], int]:
-    """``{(topic, partition): end offset of its latest landed range}`` from the offset ledger
-    (``raw.land_manifest``, :data:`cdclake.lake.MANIFEST_SCHEMA`); a partition never landed is absent."""
+def ledger_ends(cfg: PipelineConfig, topics: list[str], parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): end offset of its latest landed range}`` of the partitions ``parts``
+    of ``topics`` from the offset ledger (``raw.land_manifest``, :func:`cdclake.lake.ledger_latest`:
+    each topic's latest hour, earlier hours only for a partition not in it); a partition never
+    landed is absent."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        rows = read_hours(cfg, MANIFEST_TABLE, topics, columns=["kafka_topic", "kafka_partition", "end_offset"])
+        rows = ledger_latest(cfg, topics, parts=parts)
     except NoSuchTableError:  # nothing landed yet
         return {}
-    ends: dict[tuple[str, int], int] = {}
-    for t, p, e in zip(*(rows.column(c).to_pylist() for c in rows.column_names)):
-        if e is not None and e > ends.get((t, p), -1):
-            ends[(t, p)] = e
-    return ends
+    return {(t, p): e for t, p, e in zip(*(rows.column(c).to_pylist()
+                                           for c in ("kafka_topic", "kafka_partition", "end_offset")))}
 
 
 def _keys_of(change: ChangeRecord, key_kinds: list[tuple[str, str]]) -> list[str]:
@@ -71,8 +70,8 @@ def keys_in_flight(cfg: PipelineConfig, st: SourceTable, key_kinds: list[tuple[s
     if not topics:
         return set(), {"records": 0, "unparsed": 0}
     bootstrap = cfg.kafka.bootstrap_servers or ""
-    ends = ledger_ends(cfg, topics)
     parts = partitions(bootstrap, topics, timeout_s, cfg.kafka.client)
+    ends = ledger_ends(cfg, topics, parts)
     keys: set[str] = set()
     stats: dict[str, int] = defaultdict(int)
     cons = consumer(bootstrap, dict(cfg.kafka.client, **{"group.id": "cdclake-reconcile"}))

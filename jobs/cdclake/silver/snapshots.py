@@ -71,20 +71,15 @@ TAG_RE = re.compile(r"^cdc-(\d{10})$")
 def ledger_end_offsets(cfg: PipelineConfig, window: Window, topics: list[str], cat=None) -> dict[str, dict[str, int]]:
     """``{topic: {partition (text): end offset}}``: the offset ledger's ``end_offset`` (exclusive)
     of the latest landed hour inside ``window`` of every partition of ``topics`` (topics without a
-    range in the window are left out). One read of the ledger's files of the window
-    (:func:`cdclake.lake.read_hours`); ``cat``: the pipeline's pyiceberg catalog (None: opened here)."""
-    from cdclake.lake import LEDGER_COLUMNS, MANIFEST_TABLE, read_hours
+    range in the window are left out), from :func:`cdclake.lake.ledger_latest`; ``cat``: the
+    pipeline's pyiceberg catalog (None: opened here)."""
+    from cdclake.lake import ledger_latest
 
     if not topics:
         return {}
-    rows = read_hours(cfg, MANIFEST_TABLE, topics, window.start, window.end, LEDGER_COLUMNS, cat).to_pylist()
-    latest: dict[tuple[str, int], tuple] = {}
-    for r in rows:
-        k = (r["kafka_topic"], r["kafka_partition"])
-        if k not in latest or r["landed_hour"] > latest[k][0]:
-            latest[k] = (r["landed_hour"], r["end_offset"])
+    rows = ledger_latest(cfg, topics, window.start, window.end, cat=cat)
     out: dict[str, dict[str, int]] = {}
-    for (t, p), (_, end) in sorted(latest.items()):
+    for t, p, end in zip(*(rows.column(c).to_pylist() for c in ("kafka_topic", "kafka_partition", "end_offset"))):
         out.setdefault(t, {})[str(p)] = int(end)
     return out
 
