@@ -38,6 +38,7 @@ from cdclake.sim import mysql_binlog, pg_wal2json
 from cdclake.types import quote_ident
 
 MY = dict(host="127.0.0.1", port=3306, user="root", password="")
+MY_CONNECTION = {"conn_type": "mysql", "host": "127.0.0.1", "port": 3306, "login": "root", "schema": None}
 SLOT_OPTIONS = ("'format-version', '2', 'include-xids', '1', 'include-lsn', '1', 'include-timestamp', '1', "
                 "'include-types', '1'")
 
@@ -51,6 +52,26 @@ def _produce(bootstrap: str, topic: str, messages: list, hour_index: int) -> Non
 
 def _key_ids(samples: list[str]) -> list[int]:
     return sorted(int(json.loads(s)["id"]) for s in samples)
+
+
+def _run_hour_0(stack, spark, src, kind: str, fmt: str, partitions: int, connection: dict, **sections) -> dict:
+    """Capture ``src``'s changes so far into a new topic of ``partitions`` partitions, stamped in
+    hour 0, and run land, normalize and silver over hour 0 with a pipeline of ``fmt`` whose
+    tables are prefixed ``<kind>_`` and whose ``reconcile.connection`` is ``recon_<kind>``
+    (``connection``, an Airflow connection's fields). ``sections``: more of the pipeline file
+    (``reconcile`` options are added to the connection). Returns ``src``, ``cfg``, ``topic``,
+    ``path`` and ``connections`` (``{conn id: fields}.get``)."""
+    topic = f"recon.{kind}.{uuid.uuid4().hex[:6]}"
+    sim.create_topic(stack["bootstrap"], topic, partitions)
+    _produce(stack["bootstrap"], topic, src.capture(), 0)
+    ns = f"recon_{kind}_{uuid.uuid4().hex[:6]}"
+    reconcile_section = dict(sections.pop("reconcile", {}), connection=f"recon_{kind}")
+    silver = dict(sections.pop("silver", {}), namespace=ns)
+    path = write_pipeline(ns, [{"topic": topic, "format": fmt, "table_prefix": f"{kind}_"}], silver=silver,
+                          reconcile=reconcile_section, **sections)
+    run_window(spark, path, 0, 1)
+    conns = {f"recon_{kind}": dict(connection, password=None, extra={})}
+    return {"src": src, "cfg": load_pipeline(path), "topic": topic, "path": path, "connections": conns.get}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,19 +141,10 @@ def pg_run(stack, spark):
         src.run(("UPDATE items SET price = price + 1, at = now() WHERE id % 7 = 0",),
                 ("DELETE FROM items WHERE id IN (5, 6)",),
                 ("UPDATE items SET ratio = NULL, blob = NULL WHERE id = 9",))
-        topic = f"recon.pg.{uuid.uuid4().hex[:6]}"
-        sim.create_topic(stack["bootstrap"], topic, 2)
-        _produce(stack["bootstrap"], topic, src.capture(), 0)
-        ns = f"recon_pg_{uuid.uuid4().hex[:6]}"
-        path = write_pipeline(ns, [{"topic": topic, "format": "debezium-json", "table_prefix": "pg_"}],
-                              silver={"namespace": ns}, reconcile={"connection": "recon_pg", "buckets": 16,
-                                                                   "fetch_rows": 50})
-        run_window(spark, path, 0, 1)
-        cfg = load_pipeline(path)
-        name = f"pg_{src.db}__public__items"
-        conns = {"recon_pg": {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
-                              "password": None, "schema": src.db, "extra": {}}}
-        yield {"src": src, "cfg": cfg, "name": name, "topic": topic, "connections": conns.get, "path": path}
+        run = _run_hour_0(stack, spark, src, "pg", "debezium-json", 2,
+                          {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
+                           "schema": src.db}, reconcile={"buckets": 16, "fetch_rows": 50})
+        yield dict(run, name=f"pg_{src.db}__public__items")
     finally:
         src.close()
 
@@ -295,18 +307,9 @@ def my_run(stack, spark):
              dt.date(2020, 1, 1) + dt.timedelta(days=i), bytes([i % 256, 0, 255]), None if i % 4 else f"memo {i}")
             for i in range(1, 201)])
         src.run(("UPDATE items SET price = price + 1 WHERE id % 9 = 0",), ("DELETE FROM items WHERE id = 5",))
-        topic = f"recon.my.{uuid.uuid4().hex[:6]}"
-        sim.create_topic(stack["bootstrap"], topic, 1)
-        _produce(stack["bootstrap"], topic, src.capture(), 0)
-        ns = f"recon_my_{uuid.uuid4().hex[:6]}"
-        path = write_pipeline(ns, [{"topic": topic, "format": "canal-json", "table_prefix": "my_"}],
-                              silver={"namespace": ns}, reconcile={"connection": "recon_my", "buckets": 8,
-                                                                   "fetch_rows": 40})
-        run_window(spark, path, 0, 1)
-        conns = {"recon_my": {"conn_type": "mysql", "host": "127.0.0.1", "port": 3306, "login": "root",
-                              "password": None, "schema": None, "extra": {}}}
-        yield {"src": src, "cfg": load_pipeline(path), "name": f"my_{src.db}__items", "topic": topic,
-               "connections": conns.get}
+        run = _run_hour_0(stack, spark, src, "my", "canal-json", 1, MY_CONNECTION,
+                          reconcile={"buckets": 8, "fetch_rows": 40})
+        yield dict(run, name=f"my_{src.db}__items")
     finally:
         src.close()
 
@@ -329,6 +332,33 @@ def test_mariadb_in_sync_then_drift_then_in_flight(spark, stack, my_run):
     assert _key_ids(r.drift_samples) == [4, 7, 11, 500], r.log_line()
     assert _key_ids(r.in_flight_samples) == [30, 31], r.log_line()
     assert (r.keys_drifted, r.keys_in_flight, r.status) == (4, 2, "drift")
+
+
+def test_mariadb_soft_deletes_and_a_source_table_named_in_the_config(spark, stack):
+    """In soft-delete mode silver keeps a deleted row (``_cdc_deleted``), and reconciliation
+    leaves it out: in sync. ``reconcile.source_tables`` points the silver table at another
+    source table (here a copy lacking key 9, made with the binary log off): that table is read."""
+    src = MySource()
+    try:
+        src.conn.cursor().executemany("INSERT INTO items (id, name, price) VALUES (%s, %s, %s)",
+                                      [(i, f"item {i}", Decimal(i)) for i in range(1, 31)])
+        src.run(("DELETE FROM items WHERE id = 5",))
+        run = _run_hour_0(stack, spark, src, "my", "canal-json", 1, MY_CONNECTION, silver={"delete_mode": "soft"},
+                          reconcile={"buckets": 4, "fetch_rows": 10})
+        cfg, name = run["cfg"], f"my_{src.db}__items"
+        full = f"lake.{quote_ident(cfg.silver.namespace)}.{quote_ident(name)}"
+        assert spark.sql(f"SELECT count(*) AS n, count_if(_cdc_deleted) AS d FROM {full}").first() == (30, 1)
+        r = reconcile_table(spark, cfg, name, run["connections"])
+        assert (r.status, r.rows_source, r.rows_silver) == ("in sync", 29, 29), r.log_line()
+
+        src.run(("CREATE TABLE items_copy LIKE items",), ("INSERT INTO items_copy SELECT * FROM items WHERE id <> 9",),
+                log_bin=False)
+        cfg.reconcile.source_tables[name] = f"{src.db}.items_copy"
+        r = reconcile_table(spark, cfg, name, run["connections"])
+        assert (r.status, _key_ids(r.drift_samples), r.rows_source) == ("drift", [9], 28), r.log_line()
+        assert r.source_table.endswith(f"{src.db}.items_copy"), r.source_table
+    finally:
+        src.close()
 
 
 # ---------------------------------------------------------------------------------------------

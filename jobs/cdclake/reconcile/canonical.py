@@ -78,65 +78,53 @@ def my_ident(name: str) -> str:
 
 # --- SQL of the source databases ----------------------------------------------------------------
 
-def _pg_value(col: str, kind: str) -> str:
-    c = pg_ident(col)
-    if kind == "int":
-        return f"{c}::text"
-    if kind == "decimal":
-        return f"trim_scale({c})::text"
-    if kind == "float":
-        return f"trim_scale(round({c}::numeric, 9))::text"
-    if kind == "bool":
-        return f"CASE WHEN {c} THEN '1' WHEN NOT {c} THEN '0' END"
-    if kind == "binary":
-        return f"encode({c}, 'hex')"
-    if kind == "date":
-        return f"to_char({c}, 'YYYY-MM-DD')"
-    if kind == "timestamp":
-        return f"(extract(epoch FROM {c}) * 1000000)::bigint::text"
-    return f"{c}::text"
-
-
 def _my_trim(text: str) -> str:
     return f"IF(LOCATE('.', {text}) > 0, TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM {text})), {text})"
 
 
-def _my_value(col: str, kind: str) -> str:
-    c = my_ident(col)
-    if kind == "int":
-        return f"CAST({c} AS CHAR)"
-    if kind == "decimal":
-        return _my_trim(f"CAST({c} AS CHAR)")
-    if kind == "float":
-        return _my_trim(f"CAST(CAST({c} AS DECIMAL(65,9)) AS CHAR)")
-    if kind == "bool":
-        return f"CASE WHEN {c} THEN '1' WHEN NOT {c} THEN '0' END"
-    if kind == "binary":
-        return f"LOWER(HEX({c}))"
-    if kind == "date":
-        return f"DATE_FORMAT({c}, '%Y-%m-%d')"
-    if kind == "timestamp":
-        return f"CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {c}) AS CHAR)"
-    return f"CAST({c} AS CHAR)"
+#: Each kind's canonical text (module docstring) in each dialect's SQL, side by side; ``{c}`` is
+#: the quoted column. A kind not listed is ``text``.
+SQL_VALUE: dict[str, dict[str, str]] = {
+    "postgres": {
+        "int": "{c}::text",
+        "decimal": "trim_scale({c})::text",
+        "float": "trim_scale(round({c}::numeric, 9))::text",
+        "bool": "CASE WHEN {c} THEN '1' WHEN NOT {c} THEN '0' END",
+        "binary": "encode({c}, 'hex')",
+        "date": "to_char({c}, 'YYYY-MM-DD')",
+        "timestamp": "(extract(epoch FROM {c}) * 1000000)::bigint::text",
+        "text": "{c}::text",
+    },
+    "mysql": {
+        "int": "CAST({c} AS CHAR)",
+        "decimal": _my_trim("CAST({c} AS CHAR)"),
+        "float": _my_trim("CAST(CAST({c} AS DECIMAL(65,9)) AS CHAR)"),
+        "bool": "CASE WHEN {c} THEN '1' WHEN NOT {c} THEN '0' END",
+        "binary": "LOWER(HEX({c}))",
+        "date": "DATE_FORMAT({c}, '%Y-%m-%d')",
+        "timestamp": "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {c}) AS CHAR)",
+        "text": "CAST({c} AS CHAR)",
+    },
+}
+#: Per dialect: a column's piece of the row text (``{v}`` its value text, NULL for NULL), and how
+#: the pieces (``{pieces}``, comma-separated SQL expressions) are joined with ``,``.
+_SQL_PIECE = {"postgres": ("coalesce(char_length({v})::text || ':' || {v}, '-')", "{pieces}", " || ',' || "),
+              "mysql": ("COALESCE(CONCAT(CHAR_LENGTH({v}), ':', {v}), '-')", "CONCAT_WS(',', {pieces})", ", ")}
 
 
 def sql_value(dialect: str, col: str, kind: str) -> str:
-    """The SQL expression of column ``col``'s canonical text (NULL for NULL) in ``dialect``."""
-    return (_pg_value if dialect == "postgres" else _my_value)(col, kind)
+    """The SQL expression of column ``col``'s canonical text (NULL for NULL) in ``dialect``
+    (``postgres`` or ``mysql``), from :data:`SQL_VALUE`."""
+    forms = SQL_VALUE["postgres" if dialect == "postgres" else "mysql"]
+    ident = pg_ident if dialect == "postgres" else my_ident
+    return forms.get(kind, forms["text"]).format(c=ident(col))
 
 
 def sql_text(dialect: str, columns: list[tuple[str, str]]) -> str:
     """The SQL expression of the canonical text of ``columns`` (``(name, kind)`` pairs)."""
-    pieces = []
-    for col, kind in columns:
-        v = sql_value(dialect, col, kind)
-        if dialect == "postgres":
-            pieces.append(f"coalesce(char_length({v})::text || ':' || {v}, '-')")
-        else:
-            pieces.append(f"COALESCE(CONCAT(CHAR_LENGTH({v}), ':', {v}), '-')")
-    if dialect == "postgres":
-        return " || ',' || ".join(pieces)
-    return f"CONCAT_WS(',', {', '.join(pieces)})"
+    piece, joined, sep = _SQL_PIECE["postgres" if dialect == "postgres" else "mysql"]
+    pieces = [piece.format(v=sql_value(dialect, col, kind)) for col, kind in columns]
+    return joined.format(pieces=sep.join(pieces))
 
 
 def sql_hash(dialect: str, text: str) -> str:
