@@ -388,6 +388,17 @@ def test_assets_and_the_downstream_dag(prod, page):
     page.wait_for_timeout(1500)
     shot(page, "airflow-assets")
 
+    # the DAG's own page: its graph with the DAG's dependencies shows the tables the alias resolved to
+    graph = api.call("GET", f"/ui/structure/structure_data?dag_id={DAG_ID}&external_dependencies=true")
+    tables = {n["label"] for n in graph["nodes"] if n.get("type") == "asset"}
+    assert tables == {e["uri"] for e in events}, graph["nodes"]
+    page.evaluate(f"""() => {{ localStorage.setItem('dependencies-{DAG_ID}', JSON.stringify('immediate'));
+                              localStorage.setItem('default_dag_view', JSON.stringify('graph')); }}""")
+    page.goto(f"{BASE}/dags/{DAG_ID}")
+    page.get_by_text(CONSUMED.rsplit("/", 1)[1]).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    shot(page, "airflow-dag-assets")
+
 
 def lineage_events() -> list[dict]:
     """The OpenLineage events the file transport wrote (one JSON document a line)."""
