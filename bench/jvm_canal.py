@@ -272,8 +272,9 @@ def from_json_columns(values):
     f = F()
     ddl, cols = _reference_ddl()
     m = values.select(f.from_json(f.col("value").cast("string"), ddl).alias("m"))
-    rows = m.select("m.type", "m.database", "m.table", "m.es", "m.id", "m.ts", "m.pkNames",
+    rows = m.select(*[f.col(f"m.{k}").alias(f"message_{k}") for k in ("type", "database", "table", "es", "id", "ts",
+                                                                          "pkNames")],
                     f.posexplode_outer("m.data").alias("row_in_record", "row"), "m.old")
-    return rows.select("type", "database", "table", "es", "id", "ts", "pkNames", "row_in_record",
+    return rows.select(*[c for c in rows.columns if c.startswith("message_")], "row_in_record",
                        *[f.col(f"row.{c}").alias(c) for c in cols],
                        f.col("old")[f.col("row_in_record")].alias("old"))
