@@ -326,27 +326,33 @@ def rest(stage, pairs: list, groups: dict):
 def stage_frame(raw):
     """Each raw row with its value's and key's schema hashes and payload texts (no schema text):
     ``_h1``/``_h2`` and ``_kh1``/``_kh2`` (null where the text is not an envelope), ``_pl`` and
-    ``_kpl``, ``_kv`` the landed value where it cannot be rebuilt from these."""
+    ``_kpl``, ``_kv`` the landed value where it cannot be rebuilt from these, ``_vlen`` its bytes.
+
+    The text is cut at the first ``,"payload":`` (the schema part) and after the last one (the
+    payload and the closing brace); the row is an envelope when the two parts put together give
+    the text back. (Cutting by character positions, ``substring(v, length(head) + 12, ...)``,
+    took 49 s of the 1M-change hour against 18 to 22 s for this.)"""
     f = F()
-
-    def parts(col, p):
-        text = f.col(col).cast("string")
-        head = f.substring_index(text, PAYLOAD, 1)
-        env = text.startswith(START) & text.endswith("}") & (f.length(head) < f.length(text))
-        body = f.expr(f"substring({col}_s, length({p}_head) + 12, length({col}_s) - length({p}_head) - 12)")
-        return text.alias(f"{col}_s"), head.alias(f"{p}_head"), env.alias(f"{p}_env"), body
-
-    vs, vh, venv, vbody = parts("value", "_v")
-    ks, kh, kenv, kbody = parts("key", "_k")
-    s1 = raw.select(*KAFKA, "key", "value", "headers", vs, vh, venv, ks, kh, kenv)
-    s2 = s1.select("*", vbody.alias("_pl0"), kbody.alias("_kpl0"))
-    good = f.col("_v_env") & (f.instr("_pl0", "\ufffd") == 0)
-    kgood = f.col("_k_env") & (f.instr("_kpl0", "\ufffd") == 0)
-    return s2.select(*KAFKA, "key", "headers",
-                     f.when(good, f.xxhash64("_v_head")).alias("_h1"), f.when(good, f.hash("_v_head")).alias("_h2"),
-                     f.when(good, f.col("_pl0")).alias("_pl"),
-                     f.when(kgood, f.xxhash64("_k_head")).alias("_kh1"), f.when(kgood, f.hash("_k_head")).alias("_kh2"),
-                     f.when(kgood, f.col("_kpl0")).alias("_kpl"),
+    s1 = raw.select(*KAFKA, "key", "value", "headers", f.col("value").cast("string").alias("_vs"),
+                    f.col("key").cast("string").alias("_ks"))
+    cut = []
+    for p in ("_v", "_k"):
+        text = f.col(f"{p}s")
+        cut += [f.substring_index(text, PAYLOAD, 1).alias(f"{p}head"), f.substring_index(text, PAYLOAD, -1).alias(f"{p}tail")]
+    s2 = s1.select("*", *cut)
+    parts = []
+    for p in ("_v", "_k"):
+        text, head, tail = f.col(f"{p}s"), f.col(f"{p}head"), f.col(f"{p}tail")
+        env = text.startswith(START) & text.endswith("}") & (f.concat(head, f.lit(PAYLOAD), tail) == text)
+        parts += [env.alias(f"{p}env"), f.expr(f"substring({p}tail, 1, length({p}tail) - 1)").alias(f"{p}body")]
+    s3 = s2.select("*", *parts)
+    good = f.col("_venv") & (f.instr("_vbody", "\ufffd") == 0)
+    kgood = f.col("_kenv") & (f.instr("_kbody", "\ufffd") == 0)
+    return s3.select(*KAFKA, "key", "headers",
+                     f.when(good, f.xxhash64("_vhead")).alias("_h1"), f.when(good, f.hash("_vhead")).alias("_h2"),
+                     f.when(good, f.col("_vbody")).alias("_pl"),
+                     f.when(kgood, f.xxhash64("_khead")).alias("_kh1"), f.when(kgood, f.hash("_khead")).alias("_kh2"),
+                     f.when(kgood, f.col("_kbody")).alias("_kpl"),
                      f.when(~good, f.col("value")).alias("_kv"), f.octet_length("value").alias("_vlen"))
 
 
