@@ -57,7 +57,6 @@ def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows:
     later each (newer than every earlier batch), and other keys (the index shifted by
     ``hour * batch`` before the stride)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import _parse_datatype_string
 
     from cdclake.catalog import ensure_namespace, qualified
     from cdclake.lake import BRONZE_SCHEMA
@@ -100,12 +99,10 @@ def write_batch(spark: "SparkSession", cfg, batch: int, min_rows: int, max_rows:
         "kafka_timestamp_ms": ts + F.lit(500), "landed_hour": F.timestamp_millis(F.lit(BASE_MS + 3_600_000 * (1 + hour))),
     }
     # by name from the bronze schema of the library; a column this harness does not know is null
-    fields = _parse_datatype_string(BRONZE_SCHEMA).fields
     frame = spark.range(batch).select(*[
-        (known[f.name] if f.name in known else F.lit(None)).cast(f.dataType).alias(f.name) for f in fields])
+        (known[f.name] if f.name in known else F.lit(None)).cast(f.dataType).alias(f.name) for f in BRONZE_SCHEMA.fields])
     spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
-    spark.sql(f"CREATE TABLE {name} ({BRONZE_SCHEMA}) USING iceberg TBLPROPERTIES ('format-version'='2')")
-    frame.writeTo(name).append()
+    frame.writeTo(name).using("iceberg").tableProperty("format-version", "2").create()
     return name
 
 
