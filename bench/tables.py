@@ -259,10 +259,7 @@ def main(args: argparse.Namespace, state: Path, bootstrap: str, broker_pid: Opti
     with spark_run(results, sampler, events_dir, args.master, stages) as run:
         first = pipeline.write_pipeline(
             state, bootstrap, [], args.driver_memory, args.master, sources=sources_of(args.tables[0], args.tables_layout),
-            # Python workers reused, Spark's default and the DAG's jobs': a window of many topics runs
-            # many short tasks (one per topic partition), each of which would otherwise start one
-            spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri(),
-                        "spark.python.worker.reuse": "true"})
+            spark_conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events_dir.as_uri()})
         with sampler.span("spark_startup") as s:
             spark = run.spark = spark_session(load_pipeline(first), app_name="cdc-bench-tables")
             spark.range(1).count()
