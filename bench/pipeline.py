@@ -34,6 +34,22 @@ def prefix_of(tag: str, warm: bool = False) -> str:
     return f"{'warm_' if warm else ''}{tag}_"
 
 
+
+def kept_lake(state: str) -> Optional[Path]:
+    """The state directory ``state`` resolved, when it holds the lake a benchmark run left (its
+    ``bench.yaml``), the process's time zone set to UTC as the run's; None, with a line on stderr,
+    when it holds none (a tool on the last run's lake then exits with 2)."""
+    import os
+    import sys
+
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    path = Path(state).resolve()
+    if not (path / "bench.yaml").exists():
+        print(f"no benchmark lake in {path}: run make bench first (it keeps its lake there)", file=sys.stderr)
+        return None
+    return path
+
 def write_pipeline(state: Path, bootstrap: str, tags: list[str], driver_memory: str, master: str = "local[2]",
                    spark_conf: Optional[dict] = None, sources: Sequence[dict] = ()) -> Path:
     """The benchmark's pipeline file in ``state``: a measured and a warm-up topic per format of

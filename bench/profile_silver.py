@@ -202,11 +202,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="a Spark setting for this session, over the run's (repeatable): to compare one setting's effect")
     args = p.parse_args(argv)
     extra = dict(c.split("=", 1) for c in args.conf)
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    state = Path(args.state).resolve()
-    if not (state / "bench.yaml").exists():
-        print(f"no benchmark lake in {state}: run make bench first (it keeps its lake there)", file=sys.stderr)
+    from bench.pipeline import kept_lake
+
+    state = kept_lake(args.state)
+    if state is None:
         return 2
 
     import yaml
