@@ -7,7 +7,8 @@ Run after ``make bench`` (or ``python -m bench.run``), on the lake it left::
 The measured hour's bronze data files of the format (written by normalize's Python workers with
 pyarrow, :class:`cdclake.lake.HourFileWriter`) are added as they are to an unpartitioned Iceberg
 table of namespace ``layout`` (pyiceberg ``add_files``); the same rows, row group by row group, are
-written again by pyarrow with other settings into more such tables (``--variants``), and once by
+written again by pyarrow with other settings into more such tables (``--variants``; their files in
+``<state>/layout/<variant>/``), and once by
 Iceberg's Java writer (a Spark ``CREATE TABLE ... AS SELECT``). Each round reads every table with
 one Spark query that decodes every map of every row (``count(*)`` and a hash of the keys and
 values of ``before``, ``after`` and ``column_types``), after a full GC, in turn; wall seconds per
@@ -22,12 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-#: pyarrow ``ParquetWriter`` settings per variant (``nodict_values``: dictionary encoding off for
-#: the maps' values, on for every other column).
+#: pyarrow ``ParquetWriter`` settings per variant; ``plain_leaves``: the Parquet columns whose path
+#: ends so are written without dictionary encoding (every other column with it).
 VARIANTS = {
     "snappy": {"compression": "snappy"},
     "zstd_page_8mb": {"compression": "zstd", "data_page_size": 8 << 20},
-    "zstd_nodict_values": {"compression": "zstd"},
+    "zstd_nodict_values": {"compression": "zstd", "plain_leaves": "key_value.value"},
     "zstd_v2_pages": {"compression": "zstd", "data_page_version": "2.0"},
 }
 #: The query of a round: every map of every row decoded.
@@ -36,14 +37,17 @@ QUERY = ("SELECT count(*), sum(hash(map_keys(after), map_values(after))), "
          "sum(hash(map_keys(column_types), map_values(column_types))) FROM {}")
 
 
-def _rewrite(source: str, target: str, options: dict, nodict_values: bool) -> None:
-    """Write ``source``'s rows into ``target`` with pyarrow ``options``, row group by row group."""
+def _rewrite(source: str, target: str, variant: dict) -> None:
+    """Write ``source``'s rows into ``target`` with the settings of a :data:`VARIANTS` entry, row
+    group by row group."""
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(source)
-    if nodict_values:
+    options = dict(variant)
+    plain = options.pop("plain_leaves", None)
+    if plain:
         leaves = [pf.schema.column(j).path for j in range(len(pf.schema))]
-        options = {**options, "use_dictionary": [p for p in leaves if not p.endswith("key_value.value")]}
+        options["use_dictionary"] = [p for p in leaves if not p.endswith(plain)]
     with pq.ParquetWriter(target, pf.schema_arrow, store_decimal_as_integer=True, **options) as writer:
         for g in range(pf.metadata.num_row_groups):
             rows = pf.read_row_group(g)
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = []
         for i, f in enumerate(files):
             target = d / f"{i}.parquet"
-            _rewrite(f.removeprefix("file://"), str(target), VARIANTS[v], v == "zstd_nodict_values")
+            _rewrite(f.removeprefix("file://"), str(target), VARIANTS[v])
             paths.append(target.as_uri())
         names.append(table(v, paths))
     java = qualified(cfg, "layout.java_writer")

@@ -34,7 +34,6 @@ def prefix_of(tag: str, warm: bool = False) -> str:
     return f"{'warm_' if warm else ''}{tag}_"
 
 
-
 def kept_lake(state: str) -> Optional[Path]:
     """The state directory ``state`` resolved, when it holds the lake a benchmark run left (its
     ``bench.yaml``), the process's time zone set to UTC as the run's; None, with a line on stderr,
@@ -49,6 +48,7 @@ def kept_lake(state: str) -> Optional[Path]:
         print(f"no benchmark lake in {path}: run make bench first (it keeps its lake there)", file=sys.stderr)
         return None
     return path
+
 
 def write_pipeline(state: Path, bootstrap: str, tags: list[str], driver_memory: str, master: str = "local[2]",
                    spark_conf: Optional[dict] = None, sources: Sequence[dict] = ()) -> Path:

@@ -70,7 +70,9 @@ def spark_jars(cat: CatalogConfig) -> list[str]:
 #: silver 0.74 and 0.64 (Debezium), 0.66 and 0.66 (SharePlex) with G1; 0.78 and 0.82, 0.80 and
 #: 0.74 with this collector (kept: ``bench/results/2026-11-27-gc-g1.json`` and ``-gc-parallel.json``,
 #: the second of each). The free-heap ratios keep the committed heap near what is live, and a full
-#: collection gives the rest back.
+#: collection gives the rest back; they cost a silver stage in a new JVM garbage collection
+#: (bench/README.md, *Where silver's time goes*: Debezium's 1M-change silver 24.2 to 26.3 s with
+#: them, 21.4 to 24.1 s without, for more resident memory).
 JVM_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
 
 
