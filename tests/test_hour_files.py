@@ -119,13 +119,18 @@ def spark_col(name: str):
 
 def test_bronze_maps_built_in_arrow_equal_sparks(spark):
     """:func:`bronze_batch` gives the rows ``bronze_frame`` gives in Spark: maps in their keys'
-    order, empty maps, null maps, null values, non-ASCII keys."""
+    order, empty maps, null maps, null values, non-ASCII keys; and the shape columns Spark leaves
+    null: ``key_change`` as silver's :func:`cdclake.silver.keys.key_change` of the row's own key
+    tells it in Spark SQL (keys of one and two columns, empty and null keys, a key column missing
+    from an image, null values, ops other than update and none), ``shape_id`` as the row-by-row
+    reference (:func:`cdclake.lake.change_shapes_exact`) gives it."""
     import pyarrow as pa
 
     from pyspark.sql import functions as F
 
-    from cdclake.lake import STAGED_MAPS
+    from cdclake.lake import SHAPE_COLUMNS, STAGED_MAPS, change_shapes_exact
     from cdclake.normalize.files import bronze_batch
+    from cdclake.silver.keys import key_change
 
     cfg = load_pipeline(write_pipeline(f"bronzemaps_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
     ensure_bronze_tables(spark, cfg)
@@ -138,21 +143,31 @@ def test_bronze_maps_built_in_arrow_equal_sparks(spark):
             row[f.name] = None
         k, v = images[i % 4]
         k2, v2 = images[(i + 1) % 4]
-        row.update(source_format="debezium-json", source_table=f"t{i % 3}", op="update", row_in_record=0,
+        row.update(source_format="debezium-json", source_table=f"t{i % 3}",
+                   op=[None, "update", "insert", "delete", "update"][i % 5] if i % 7 else "update", row_in_record=0,
                    kafka_topic="t", kafka_partition=0, kafka_offset=i, landed_hour=H0,
-                   before_k=k, before_v=v, after_k=k2, after_v=v2, primary_key=["id"])
+                   before_k=k, before_v=v, after_k=k2, after_v=v2,
+                   primary_key=[["id"], ["id", "ñame"], [], None, ["z"], ["a", "id"]][i % 6])
         for name in ("column_types_k", "column_types_v"):
             if name in row:
                 row[name] = ["id", "ñame"] if name.endswith("_k") else ["int", "string"]
         rows.append(row)
     staged = pa.Table.from_pylist(rows, schema=schema).slice(3, 30)
-    mine = bronze_batch(staged)
+    shapes: dict = {}
+    mine = bronze_batch(staged, shapes)
     theirs = bronze_frame(spark.createDataFrame(staged.to_pylist(), STAGED_SCHEMA))
     assert mine.schema.names == theirs.columns
+    shaped = [f.name for f in SHAPE_COLUMNS]
     # map_entries keeps a map's order, which PySpark's conversion of a map to a dict does not
-    entries = theirs.select(*[F.map_entries(c).alias(c) if c in STAGED_MAPS else F.col(c) for c in theirs.columns])
-    assert [[_plain(v) for v in r.values()] for r in mine.to_pylist()] == [
+    entries = theirs.select(*[F.map_entries(c).alias(c) if c in STAGED_MAPS else F.col(c) for c in theirs.columns
+                              if c not in shaped])
+    assert [[_plain(v) for n, v in r.items() if n not in shaped] for r in mine.to_pylist()] == [
         [_plain(v) for v in r.asDict().values()] for r in entries.collect()]
+    moved = theirs.select(F.when(F.col("primary_key").isNotNull(), key_change(F.col("primary_key"))).alias("m"))
+    assert mine.column("key_change").to_pylist() == [r["m"] for r in moved.collect()]
+    assert {True, False, None} <= set(mine.column("key_change").to_pylist())
+    ids, flags, seen = change_shapes_exact(staged)
+    assert mine.column("shape_id").to_pylist() == ids.to_pylist() and seen == shapes and len(shapes) > 4
 
 
 def _plain(x):

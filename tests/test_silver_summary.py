@@ -1,10 +1,10 @@
-"""Silver's one summary of a window's bronze rows (:func:`cdclake.silver.tables.summarize_batch`).
+"""Silver's one summary of a window's bronze rows (:func:`cdclake.silver.summary.summarize_batch`).
 
 Every source table of the window with its change count, latest truncate, primary key, column
 types and column order, from one aggregation: the same schema as the table's own rows give
-(:func:`cdclake.silver.tables.batch_schema`), topics of one silver prefix merged into one source
+(:func:`cdclake.silver.summary.batch_schema`), topics of one silver prefix merged into one source
 table, topics of different prefixes kept apart; and the same summary as Spark's own queries give
-(:func:`cdclake.silver.tables.summarize_batch_in_spark`), orders compared as Spark compares them.
+(:func:`cdclake.silver.summary.summarize_batch_in_spark`), orders compared as Spark compares them.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from decimal import Decimal
 import pytest
 
 from cdclake.errors import SchemaChangeError
-from cdclake.lake import BRONZE_SCHEMA, SourceTable
-from cdclake.silver.tables import batch_schema, order_key, summarize_batch, summarize_batch_in_spark
+from cdclake.lake import BRONZE_SCHEMA, SHAPES_SCHEMA, SourceTable
+from cdclake.silver.summary import _shaped, batch_schema, order_key, summarize_batch, summarize_batch_in_spark
 
 HOUR = dt.datetime(2024, 1, 1, 1)
 
@@ -31,6 +31,37 @@ def change(table: str, op: str, pos: int, after=None, before=None, types=None, p
 
 def frame(spark, rows):
     return spark.createDataFrame(rows, BRONZE_SCHEMA)
+
+
+def shaped_frame(spark, rows) -> tuple:
+    """``(frame, shapes view)``: ``rows`` with the shape columns normalize writes
+    (:func:`cdclake.normalize.files.bronze_batch`), and a temporary view holding their shapes as
+    ``bronze.change_shapes`` would. The shapes take each map's order as Spark holds it (a dict
+    given to Spark loses its order; normalize writes and Spark reads the order of the message)."""
+    import uuid
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from cdclake.lake import STAGED_MAPS, STAGED_SCHEMA, arrow_schema
+    from cdclake.lake.shapes import shapes_table
+    from cdclake.normalize.files import bronze_batch
+
+    held_maps = frame(spark, rows).select(*[F.map_entries(m).alias(m) for m in STAGED_MAPS]).collect()
+    staged = []
+    for r, maps in zip(rows, held_maps):
+        s = {n: r.get(n) for n in STAGED_SCHEMA.names}
+        for m, (k, v) in STAGED_MAPS.items():
+            s[k], s[v] = (None, None) if maps[m] is None else ([e[0] for e in maps[m]], [e[1] for e in maps[m]])
+        staged.append(s)
+    shapes: dict = {}
+    out = bronze_batch(pa.Table.from_pylist(staged, schema=arrow_schema(STAGED_SCHEMA)), shapes)
+    view = f"shapes_{uuid.uuid4().hex[:8]}"
+    held = [dict(r, column_types=None if r["column_types"] is None else dict(r["column_types"]))
+            for r in shapes_table(shapes).to_pylist()]
+    spark.createDataFrame(held, SHAPES_SCHEMA).createOrReplaceTempView(view)
+    return frame(spark, [dict(r, shape_id=s, key_change=k) for r, s, k in zip(
+        rows, out.column("shape_id").to_pylist(), out.column("key_change").to_pylist())]), view
 
 
 def test_tables_counts_truncates_and_keys(spark):
@@ -106,7 +137,10 @@ def test_the_summary_knows_whether_a_table_has_a_key_change(spark):
     from cdclake.silver.keys import keyed_rows_with_moves
 
     def moves(rows):
-        return summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")].moves
+        got = summarize_batch(frame(spark, rows))[SourceTable("", "shop", None, "a")].moves
+        df, shapes = shaped_frame(spark, rows)
+        assert summarize_batch(df, None, shapes)[SourceTable("", "shop", None, "a")].moves is got
+        return got
 
     ins = change("a", "insert", 1, after={"id": "1", "v": "x"})
     same_key = change("a", "update", 2, after={"id": "1", "v": "y"}, before={"id": "1", "v": "x"})
@@ -190,6 +224,11 @@ def test_the_summary_equals_sparks_own_queries(spark, case):
     prefixes = {"t1": "p_", "t2": "p_", "t3": "q_"}
     got, want = summarize_batch(frame(spark, rows), prefixes), summarize_batch_in_spark(frame(spark, rows), prefixes)
     assert list(got) == list(want)
+    # from the change shapes normalize writes (flat columns, each shape read once): the same summary
+    df, shapes = shaped_frame(spark, rows)
+    assert _shaped(df, prefixes, shapes) is not None and _shaped(frame(spark, rows), prefixes, shapes) is None
+    assert summarize_batch(df, prefixes, shapes) == got
+    assert summarize_batch(frame(spark, rows), prefixes, shapes) == got  # rows without shape ids: their maps
     for st in got:
         g, w = got[st], want[st]
         assert (g.changes, g.rows, g.truncate, g.primary_key, g.topics, g.columns, g.moves, g.partial) == (

@@ -12,6 +12,7 @@ table                          rows                                             
 ``bronze.quarantine``          records that could not be parsed, with the reason     :data:`QUARANTINE_SCHEMA`
 ``bronze.control_events``      DDL, tombstones, heartbeats: recognised, not rows     :data:`CONTROL_SCHEMA`
 ``bronze.schema_registry``     table definitions from metadata messages (Qlik)       :data:`REGISTRY_SCHEMA`
+``bronze.change_shapes``       each change shape bronze rows name (key, types ...)   :data:`SHAPES_SCHEMA`
 ``bronze.run_metrics``         one row per stage run, topic (and silver table)       :data:`RUN_METRICS_SCHEMA`
 ``bronze.reconciliation``      one row per silver table and reconciliation run       :data:`RECONCILIATION_SCHEMA`
 ``<silver>.<name>``            one table per source table (:func:`silver_table`)     source columns +
@@ -23,7 +24,8 @@ table                          rows                                             
 
 Raw, manifest, bronze, quarantine and control tables are partitioned by (kafka_topic,
 hours(landed_hour)), so that a window is replaced by an overwrite whose filter
-(:func:`window_filter`) matches whole files; the registry by source_format. All are Iceberg format 2.
+(:func:`window_filter`) matches whole files; the registry by source_format; the change shapes
+are not partitioned. All are Iceberg format 2.
 Silver tables are named ``<table_prefix><database>__<schema>__<table>``, shortened past
 :data:`MAX_NAME_CHARS`, each at a location of its own (:mod:`cdclake.lake.naming`).
 
@@ -34,6 +36,8 @@ The package's modules, whose public names are all importable from here:
   :func:`arrow_schema` its Arrow schema.
 - :mod:`cdclake.lake.changes`: ``bronze.changes``'s schema, derived from
   :class:`cdclake.record.ChangeRecord`, and the staged rows normalize's Python workers write.
+- :mod:`cdclake.lake.shapes`: change shapes, the ids and key-change flags normalize writes with
+  each bronze row, and ``bronze.change_shapes``, which silver's batch summary reads.
 - :mod:`cdclake.lake.naming`: the names and locations of silver, tombstone and history tables.
 - :mod:`cdclake.lake.tables`: creating tables, replacing a window's hours, whether a table exists.
 - :mod:`cdclake.lake.files`: hour tables' data files written by the Python workers.
@@ -57,21 +61,25 @@ from cdclake.lake.schemas import (BRONZE_TABLE, CONTROL_SCHEMA, CONTROL_TABLE, H
                                   LAST_CHANGE_COLUMNS, MANIFEST_SCHEMA, MANIFEST_TABLE, META_COLUMNS, ORDER_STRUCT,
                                   ORDER_TYPE, QUARANTINE_SCHEMA, QUARANTINE_TABLE, RAW_SCHEMA, RAW_TABLE,
                                   RECONCILIATION_SCHEMA, RECONCILIATION_TABLE, REGISTRY_SCHEMA, REGISTRY_TABLE, RUN_METRICS_SCHEMA, RUN_METRICS_TABLE,
-                                  SOFT_DELETE_COLUMN, TOMBSTONE_SCHEMA, arrow_schema, column_ddl, ddl)
+                                  SHAPES_TABLE, SOFT_DELETE_COLUMN, TOMBSTONE_SCHEMA, arrow_schema, column_ddl, ddl)
 from cdclake.lake.tables import (BRONZE_ROW_GROUP_BYTES, BRONZE_TABLES, BRONZE_WRITE_ORDER,
                                  RAW_ROW_GROUP_BYTES, RAW_SPLIT_BYTES, ensure_bronze_tables, ensure_raw_tables,
                                  ensure_reconciliation_table, ensure_run_metrics_table, ensure_tombstone_table, table_exists,
                                  window_filter)
+from cdclake.lake.shapes import (SHAPE_COLUMNS, SHAPES_SCHEMA, change_shapes, change_shapes_exact, commit_shapes,
+                                 read_shapes, shape_id)
 
 __all__ = [
     # schemas
     "BRONZE_TABLE", "CONTROL_SCHEMA", "CONTROL_TABLE", "HISTORY_META", "KAFKA_COLUMNS", "LAST_CHANGE_COLUMNS",
     "MANIFEST_SCHEMA", "MANIFEST_TABLE", "META_COLUMNS", "ORDER_STRUCT", "ORDER_TYPE", "QUARANTINE_SCHEMA",
     "QUARANTINE_TABLE", "RAW_SCHEMA", "RAW_TABLE", "RECONCILIATION_SCHEMA", "RECONCILIATION_TABLE", "REGISTRY_SCHEMA", "REGISTRY_TABLE", "RUN_METRICS_SCHEMA",
-    "RUN_METRICS_TABLE", "SOFT_DELETE_COLUMN", "TOMBSTONE_SCHEMA", "arrow_schema", "column_ddl", "ddl",
+    "RUN_METRICS_TABLE", "SHAPES_TABLE", "SOFT_DELETE_COLUMN", "TOMBSTONE_SCHEMA", "arrow_schema", "column_ddl", "ddl",
     # changes
     "BRONZE_SCHEMA", "CHANGE_PYTHON_TYPES", "STAGED_MAPS", "STAGED_SCHEMA", "STAGED_TO_BRONZE", "bronze_frame",
     "bronze_row", "staged_row",
+    # shapes
+    "SHAPE_COLUMNS", "SHAPES_SCHEMA", "change_shapes", "change_shapes_exact", "commit_shapes", "read_shapes", "shape_id",
     # files
     "FILES_DDL", "HourFileWriter", "HourTable", "LEDGER_COLUMNS", "commit_hours", "data_files", "file_batch",
     "hour_table", "overwrite", "hour_files", "ledger_around", "ledger_latest", "plan_splits", "read_hours", "read_splits",

@@ -11,6 +11,7 @@ from pyspark.sql.types import (ArrayType, BooleanType, DataType, DecimalType, In
                                StringType, StructField, StructType)
 
 from cdclake.lake.schemas import KAFKA_COLUMNS
+from cdclake.lake.shapes import SHAPE_COLUMNS
 from cdclake.record import ChangeRecord
 
 if TYPE_CHECKING:
@@ -45,10 +46,12 @@ def _change_fields() -> list[tuple[str, DataType, bool]]:
 _FIELDS = _change_fields()
 _SPLIT = [n for n, _, _ in _FIELDS].index(_FIRST_VERSION_LAST_FIELD) + 1
 #: ``bronze.changes``: the :class:`ChangeRecord` fields up to ``row_in_record``, the Kafka
-#: columns, then the fields added since (``tx_last``, ``tx_size``). Derived from the dataclass:
-#: a new field of ChangeRecord is a new bronze column.
-BRONZE_SCHEMA = StructType([StructField(n, t) for n, t, _ in _FIELDS[:_SPLIT]] + KAFKA_COLUMNS
-                           + [StructField(n, t) for n, t, _ in _FIELDS[_SPLIT:]])
+#: columns, then the fields added since (``tx_last``, ``tx_size``), then the columns normalize
+#: derives from the change's shape (:data:`cdclake.lake.shapes.SHAPE_COLUMNS`: ``shape_id``,
+#: ``key_change``). Derived from the dataclass: a new field of ChangeRecord is a new bronze column.
+_CHANGE_SCHEMA = StructType([StructField(n, t) for n, t, _ in _FIELDS[:_SPLIT]] + KAFKA_COLUMNS
+                            + [StructField(n, t) for n, t, _ in _FIELDS[_SPLIT:]])
+BRONZE_SCHEMA = StructType(_CHANGE_SCHEMA.fields + SHAPE_COLUMNS)
 #: The Python types each ChangeRecord field may hold to be written to its bronze column.
 CHANGE_PYTHON_TYPES = {n: ((dict,) if isinstance(t, MapType) else (list, tuple) if isinstance(t, ArrayType)
                            else (bool,) if isinstance(t, BooleanType) else (str,) if isinstance(t, StringType)
@@ -56,9 +59,10 @@ CHANGE_PYTHON_TYPES = {n: ((dict,) if isinstance(t, MapType) else (list, tuple) 
                        + ((type(None),) if optional else ()) for n, t, optional in _FIELDS}
 #: Each map column of bronze, as it leaves the Python workers: key and value arrays (PySpark's
 #: dict conversion does not keep key order, and silver creates columns in the message's order).
-STAGED_MAPS = {f.name: (f"{f.name}_k", f"{f.name}_v") for f in BRONZE_SCHEMA.fields if isinstance(f.dataType, MapType)}
-#: How change rows leave the Python workers (:func:`bronze_row`): bronze, maps as key and value arrays.
-STAGED_SCHEMA = StructType([c for f in BRONZE_SCHEMA.fields
+STAGED_MAPS = {f.name: (f"{f.name}_k", f"{f.name}_v") for f in _CHANGE_SCHEMA.fields if isinstance(f.dataType, MapType)}
+#: How change rows leave the Python workers (:func:`bronze_row`): bronze without the shape
+#: columns, maps as key and value arrays.
+STAGED_SCHEMA = StructType([c for f in _CHANGE_SCHEMA.fields
                             for c in ([StructField(k, ArrayType(StringType())) for k in STAGED_MAPS[f.name]]
                                       if f.name in STAGED_MAPS else [f])])
 #: The bronze column of each staged column (a map's key and value arrays: the map).
@@ -121,10 +125,15 @@ a required array field that is None, ``AttributeError`` for a map field that is 
 
 
 def bronze_frame(staged: "DataFrame") -> "DataFrame":
-    """Staged change rows (:data:`STAGED_SCHEMA`) as :data:`BRONZE_SCHEMA`, maps built in key order."""
+    """Staged change rows (:data:`STAGED_SCHEMA`) as :data:`BRONZE_SCHEMA`, maps built in key
+    order, the shape columns null (silver's summary then reads the rows' maps)."""
     from pyspark.sql import functions as F
 
+    shaped = {f.name: f.dataType for f in SHAPE_COLUMNS}
+
     def column(n: str):
+        if n in shaped:
+            return F.lit(None).cast(shaped[n]).alias(n)
         if n not in STAGED_MAPS:
             return F.col(n)
         k, v = STAGED_MAPS[n]

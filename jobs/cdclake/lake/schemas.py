@@ -20,6 +20,7 @@ BRONZE_TABLE = "bronze.changes"
 QUARANTINE_TABLE = "bronze.quarantine"
 CONTROL_TABLE = "bronze.control_events"
 REGISTRY_TABLE = "bronze.schema_registry"
+SHAPES_TABLE = "bronze.change_shapes"
 RUN_METRICS_TABLE = "bronze.run_metrics"
 RECONCILIATION_TABLE = "bronze.reconciliation"
 

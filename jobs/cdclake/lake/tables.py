@@ -18,8 +18,9 @@ from cdclake.lake.naming import SourceTable, table_location, tombstone_namespace
 from cdclake.lake.schemas import (BRONZE_TABLE, CONTROL_SCHEMA, CONTROL_TABLE, MANIFEST_SCHEMA, MANIFEST_TABLE,
                                   QUARANTINE_SCHEMA, QUARANTINE_TABLE, RAW_SCHEMA, RAW_TABLE, REGISTRY_SCHEMA,
                                   RECONCILIATION_SCHEMA, RECONCILIATION_TABLE, REGISTRY_TABLE,
-                                  RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, TOMBSTONE_SCHEMA, column_ddl,
-                                  ddl)
+                                  RUN_METRICS_SCHEMA, RUN_METRICS_TABLE, SHAPES_TABLE, TOMBSTONE_SCHEMA,
+                                  column_ddl, ddl)
+from cdclake.lake.shapes import SHAPES_SCHEMA
 from cdclake.window import Window
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ def window_filter(window: Window, topics: list[str], hour_col: str = "landed_hou
 def _create(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: StructType, partitioning: str,
             properties: str = "") -> None:
     spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(cfg, table)} ({ddl(schema)}) USING iceberg "
-              f"PARTITIONED BY ({partitioning}) TBLPROPERTIES ('format-version'='2'{properties})")
+              + (f"PARTITIONED BY ({partitioning}) " if partitioning else "")
+              + f"TBLPROPERTIES ('format-version'='2'{properties})")
 
 
 def _add_columns(spark: "SparkSession", cfg: PipelineConfig, table: str, schema: StructType) -> None:
@@ -115,7 +117,7 @@ BRONZE_WRITE_ORDER = ("source_table", "source_schema", "source_database")
 
 
 def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
-    """Create the bronze, quarantine, control and registry tables when missing.
+    """Create the bronze, quarantine, control, registry and change shape tables when missing.
 
     A table made by an earlier version gets the columns added since (at the end), and
     ``bronze.changes`` its row group size (:data:`BRONZE_ROW_GROUP_BYTES`; files written before
@@ -128,6 +130,7 @@ def ensure_bronze_tables(spark: "SparkSession", cfg: PipelineConfig) -> None:
         _add_columns(spark, cfg, name, schema)
     _keep_row_groups(spark, cfg, BRONZE_TABLE, BRONZE_ROW_GROUP_BYTES)
     _create(spark, cfg, REGISTRY_TABLE, REGISTRY_SCHEMA, "source_format")
+    _create(spark, cfg, SHAPES_TABLE, SHAPES_SCHEMA, "")
 
 
 # --- run metrics ------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ The Python workers do the whole data path: each task reads its share of the wind
 files with pyarrow (:func:`cdclake.lake.plan_splits`, :func:`cdclake.lake.read_splits`), parses
 them, and writes the bronze, quarantine and control data files itself
 (:mod:`cdclake.normalize.files`), returning only the files' metadata and its counts; the driver
-commits ``bronze.changes`` first, then quarantine and control (:func:`cdclake.lake.commit_hours`),
-each in one overwrite of the window. No record crosses into the JVM.
+commits the change shapes its bronze rows name (:func:`cdclake.lake.commit_shapes`), then
+``bronze.changes``, then quarantine and control (:func:`cdclake.lake.commit_hours`), each in one
+overwrite of the window. No record crosses into the JVM.
 
 One bad record never stops a run: whatever fails for one record (a parser error, an exception of
 any type while its key or value is decoded, its change checked, its bronze row built or its row
@@ -48,7 +49,7 @@ from cdclake.config import PipelineConfig
 from cdclake.errors import task_run_error
 from cdclake.faults import kill_point
 from cdclake.formats import get_parser
-from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SCHEMA, RAW_TABLE, commit_hours,
+from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SCHEMA, RAW_TABLE, commit_hours, commit_shapes,
                           ensure_bronze_tables, hour_table, plan_splits, read_splits, window_filter)
 from cdclake.normalize.files import KINDS, TASK_OUTPUT_DDL, task_results, write_parsed
 from cdclake.normalize.limits import (MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits, json_deeper_than,
@@ -123,6 +124,7 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     finally:
         spark.sparkContext.setJobDescription(None)
     t0 = time.monotonic()
+    commit_shapes(cfg, counts.shapes)  # before the bronze rows that name them
     for k, t in tables.items():
         commit_hours(cfg, t.name, window, topics, files.get(t.name, []), "normalize")
         if k == "change":

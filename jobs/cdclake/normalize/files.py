@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
-from cdclake.lake import STAGED_MAPS, BRONZE_SCHEMA, HourFileWriter, HourTable
+from cdclake.lake import BRONZE_SCHEMA, STAGED_MAPS, HourFileWriter, HourTable, change_shapes
 from cdclake.normalize.rows import OUTPUT_COLUMNS
 
 if TYPE_CHECKING:
@@ -31,10 +31,12 @@ class TaskCounts:
     """What the tasks of one normalize run parsed, per topic: ``counts[topic]`` is ``[raw
     records, change rows, quarantined, control, raw records read by the columnar fast path]``;
     ``samples[topic]`` up to :data:`QUARANTINE_SAMPLES` ``(partition, offset, reason)`` of its
-    quarantined records."""
+    quarantined records. ``shapes``: ``{id: shape}`` of the change shapes its bronze rows name
+    (:mod:`cdclake.lake.shapes`)."""
 
     counts: dict = field(default_factory=dict)
     samples: dict = field(default_factory=dict)
+    shapes: dict = field(default_factory=dict)
 
     def add(self, other: "TaskCounts") -> None:
         """Add ``other``'s counts and samples (up to the limit) to these."""
@@ -45,18 +47,23 @@ class TaskCounts:
         for t, s in other.samples.items():
             mine = self.samples.setdefault(t, [])
             mine.extend(s[:QUARANTINE_SAMPLES - len(mine)])
+        self.shapes.update(other.shapes)
 
 
-def bronze_batch(staged: "pa.Table") -> "pa.Table":
+def bronze_batch(staged: "pa.Table", shapes: Optional[dict] = None) -> "pa.Table":
     """Staged change rows (:data:`cdclake.lake.STAGED_SCHEMA`: maps as key and value arrays) as
     the columns of :data:`cdclake.lake.BRONZE_SCHEMA`, each map in its keys' order (null where its
-    key array is null), as :func:`cdclake.lake.bronze_frame` builds them in Spark. Raises
-    ValueError when a map's key and value arrays differ in length."""
+    key array is null), as :func:`cdclake.lake.bronze_frame` builds them in Spark, and the shape
+    columns ``shape_id`` and ``key_change`` (:func:`cdclake.lake.change_shapes`), whose shapes
+    are added to ``shapes`` (``{id: shape}``) when given. Raises ValueError when a map's key and
+    value arrays differ in length."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     cols = {}
     for name in BRONZE_SCHEMA.names:
+        if name in ("shape_id", "key_change"):
+            continue
         if name not in STAGED_MAPS:
             cols[name] = staged.column(name)
             continue
@@ -69,7 +76,11 @@ def bronze_batch(staged: "pa.Table") -> "pa.Table":
         if not k.offsets.equals(v.offsets):
             raise ValueError(f"bronze column {name}: value arrays laid out unlike the keys")
         cols[name] = pa.MapArray.from_arrays(k.offsets, k.values, v.values, mask=k.is_null())
-    return pa.table(cols)
+    ids, moved, seen = change_shapes(staged)
+    if shapes is not None:
+        shapes.update(seen)
+    cols["shape_id"], cols["key_change"] = ids, moved
+    return pa.table({name: cols[name] for name in BRONZE_SCHEMA.names})
 
 
 def write_parsed(tables: dict[str, HourTable], parsed: Iterable["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
@@ -92,7 +103,7 @@ def write_parsed(tables: dict[str, HourTable], parsed: Iterable["pa.RecordBatch"
             if part.num_rows == 0:
                 continue
             part = part.select(OUTPUT_COLUMNS[k].names)
-            writers[k].add(bronze_batch(part) if k == "change" else part)
+            writers[k].add(bronze_batch(part, counts.shapes) if k == "change" else part)
     names, files = [], []
     for k in KINDS:
         for f in writers[k].close():

@@ -2,7 +2,7 @@
 
 One aggregation of the window's bronze rows lists its source tables and tells, for each, its
 change count, latest truncate, primary key, column types and column order
-(:func:`cdclake.silver.tables.summarize_batch`). Then, for every source table (``silver.parallel_tables``
+(:func:`cdclake.silver.summary.summarize_batch`). Then, for every source table (``silver.parallel_tables``
 of them at the same time, each by its own driver thread):
 
 1. Changes are keyed by the primary key (a delete by its before image, others by the after
@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Optional
 from cdclake.catalog import describe, ensure_namespace, materialize, qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import NotFileLevel, SchemaChangeError, SilverError
-from cdclake.lake import BRONZE_TABLE, SourceTable, silver_table, table_exists, tombstone_table, window_filter
+from cdclake.lake import BRONZE_TABLE, SHAPES_TABLE, SourceTable, silver_table, table_exists, tombstone_table, window_filter
 from cdclake.results import SilverResult, TableResult
 from cdclake.silver.history import apply_history
 from cdclake.silver.keys import carry_over, keyed_rows_with_moves, replay_rows, with_tombstones
@@ -79,9 +79,9 @@ from cdclake.silver.merge import merge_into, merge_source, merge_view
 from cdclake.silver.small import merge_small_table, merge_small_tables, small_batch
 from cdclake.silver.snapshots import (NEWEST_TS_MS, batch_properties, commit_properties, java_lineage, java_table,
                                       ledger_end_offsets, recorded, spark_commit_properties, tag_tables)
-from cdclake.silver.tables import (BatchSummary, after_truncate, apply_truncates, batch_schema, ensure_silver_table,
-                                   has_key_changes, mark_key_changes, new_table_options, open_silver_table,
-                                   record_tombstones, summarize_batch)
+from cdclake.silver.summary import BatchSummary, batch_schema, summarize_batch
+from cdclake.silver.tables import (after_truncate, apply_truncates, ensure_silver_table, has_key_changes,
+                                   mark_key_changes, new_table_options, open_silver_table, record_tombstones)
 from cdclake.silver.transactions import complete_changes
 from cdclake.window import Window
 
@@ -98,7 +98,7 @@ def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, na
                  result: TableResult, schema: Optional[tuple[list[str], dict[str, str]]] = None,
                  reread: bool = False, moves: Optional[bool] = None) -> tuple[list[str], dict[str, str], "DataFrame", bool]:
     """``(pk, types, keyed, moved)`` of a batch's bronze ``rows``: its key and column types
-    (``schema``, else :func:`cdclake.silver.tables.batch_schema` of ``rows``), with silver table
+    (``schema``, else :func:`cdclake.silver.summary.batch_schema` of ``rows``), with silver table
     ``name`` created or evolved to hold them; its rows keyed (:func:`cdclake.silver.keys.keyed_rows`;
     in hard-delete mode with the recorded tombstones of its keys); whether they hold a key change
     (:func:`cdclake.silver.keys.keyed_rows_with_moves`).
@@ -106,7 +106,7 @@ def _keyed_batch(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, na
     ``keyed`` is computed once when it has a key change or ``reread`` (it is read again, by
     :func:`cdclake.silver.keys.replay_rows`); otherwise its tombstones are joined in by the one
     query that reads it, the collapse. ``moves``: whether ``rows`` hold a key change under their
-    key, when the batch summary knows it (:attr:`cdclake.silver.tables.BatchSummary.moves`);
+    key, when the batch summary knows it (:attr:`cdclake.silver.summary.BatchSummary.moves`);
     False spares computing the keyed rows before the collapse (and asking them).
     """
     pk, types = schema or batch_schema(rows, name)
@@ -128,7 +128,7 @@ def apply_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTable, cha
     that an earlier batch's key change moved are replayed with that key change
     (:func:`cdclake.silver.keys.replay_rows`); with ``history`` too, the SCD type 2 history of the
     keys the changes touch is recomputed (:mod:`cdclake.silver.history`). ``summary``: what
-    :func:`cdclake.silver.tables.summarize_batch` says of ``changes`` (computed here when not
+    :func:`cdclake.silver.summary.summarize_batch` says of ``changes`` (computed here when not
     given). Raises :class:`SchemaChangeError` for an incompatible type change,
     :class:`SilverError` when the silver table's name belongs to another source table
     (:data:`cdclake.lake.SOURCE_TABLE_PROPERTY`); Spark errors propagate.
@@ -187,7 +187,7 @@ def apply_small_table(spark: "SparkSession", cfg: PipelineConfig, st: SourceTabl
                       rows: list[dict], pycat) -> TableResult:
     """:func:`apply_table` for a small batch at the file level (:mod:`cdclake.silver.small`):
     ``rows`` are the table's bronze rows as :func:`cdclake.silver.small.read_small_batches` reads
-    them, ``pycat`` pyiceberg's catalog, ``summary`` what :func:`cdclake.silver.tables.summarize_batch` says of them. Raises
+    them, ``pycat`` pyiceberg's catalog, ``summary`` what :func:`cdclake.silver.summary.summarize_batch` says of them. Raises
     :class:`cdclake.errors.NotFileLevel` before writing anything for a batch or table that path
     does not take; otherwise as :func:`apply_table`."""
     st, name = open_silver_table(spark, cfg, st, namespace_ready=True)
@@ -208,7 +208,7 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     jobs run beside the other tables' (a table's steps touch only its own silver, tombstone and
     history tables and temporary views; source tables of one silver name are merged in turn).
     Returns a :class:`cdclake.results.SilverResult`: one :class:`TableResult` per merged table, in
-    the order of :func:`cdclake.silver.tables.summarize_batch` (grouped by silver name).
+    the order of :func:`cdclake.silver.summary.summarize_batch` (grouped by silver name).
 
     Each table's commit records the window, the ledger's end offsets and the newest source
     position and time applied in its snapshot summary, and each table the window changed is
@@ -242,7 +242,7 @@ def build_silver(spark: "SparkSession", cfg: PipelineConfig, window: Window) -> 
     # source tables whose silver names are equal (names shortened to 255 characters) are merged
     # one after the other, by one thread: the first creates the table, the next finds it taken
     groups: dict[str, list] = {}
-    summaries = summarize_batch(bronze, prefixes)
+    summaries = summarize_batch(bronze, prefixes, qualified(cfg, SHAPES_TABLE))
     ends = ledger_end_offsets(cfg, window, topics) if summaries else {}
     for st, summary in summaries.items():
         summary.snapshot = batch_properties(window, summary.topics, ends, summary.newest_position, summary.newest_ts_ms)

@@ -78,7 +78,7 @@ def keyed_rows_with_moves(changes: "DataFrame", pk: list[str],
     Computed once (:func:`cdclake.catalog.materialize`): one pass over ``changes``, and a second
     over its result only when the batch has a move. Returns ``(rows, moved)``: ``moved`` says
     whether the batch has a move (:func:`has_moves`, asked once). Given ``moves=False`` (the
-    batch's summary proves it has none: :attr:`cdclake.silver.tables.BatchSummary.moves`), the
+    batch's summary proves it has none: :attr:`cdclake.silver.summary.BatchSummary.moves`), the
     rows are returned as a projection of ``changes``, not computed: the one query that reads them
     (the collapse) computes them.
     """

@@ -55,7 +55,7 @@ def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None,
 
     ``by_column``: every key collapses column by column at once (one aggregation, no second pass
     over the rows), the faster form when most keys' latest change carries a partial image
-    (:attr:`cdclake.silver.tables.BatchSummary.partial`). The result is the same either way.
+    (:attr:`cdclake.silver.summary.BatchSummary.partial`). The result is the same either way.
 
     Computed once (:func:`cdclake.catalog.materialize`): the returned frame is a filter and a
     projection of computed rows, cheap to read more than once.

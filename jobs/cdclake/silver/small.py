@@ -135,7 +135,7 @@ def merge_small_table(spark: Optional["SparkSession"], cfg: PipelineConfig, pyca
     table to create or evolve, a tombstone table to create, a position-delete commit) raises
     :class:`NotFileLevel` before anything is written; the kill point then stops ``driver_pid``.
     ``snapshot``: the batch's snapshot summary properties
-    (:attr:`cdclake.silver.tables.BatchSummary.snapshot`), raised to the table's running maxima
+    (:attr:`cdclake.silver.summary.BatchSummary.snapshot`), raised to the table's running maxima
     (:func:`cdclake.silver.snapshots.commit_properties`) and committed with the merge.
     Raises :class:`NotFileLevel` before writing anything when the batch or the table is one this
     path does not take; Iceberg's and Spark's errors propagate."""
@@ -257,7 +257,7 @@ def record_tombstones(spark: "SparkSession", cfg: PipelineConfig, pycat, st: Sou
 
 
 def small_batch(cfg: PipelineConfig, summary, history: bool) -> bool:
-    """Whether a table's batch (its :class:`cdclake.silver.tables.BatchSummary`) is one the
+    """Whether a table's batch (its :class:`cdclake.silver.summary.BatchSummary`) is one the
     file-level merge may take: at most ``silver.file_merge_max_changes`` changes, none a truncate
     or a key change, every change under one primary key, no SCD2 history, merge-on-read tables."""
     return (0 < summary.rows <= cfg.silver.file_merge_max_changes and summary.changes == summary.rows
