@@ -144,10 +144,12 @@ def _key_changes(staged: "pa.Table", code: "pa.Array", shapes_of: list[Shape]) -
     def first_place(names: Optional[list], k: str) -> Optional[int]:
         return names.index(k) if names is not None and k in names else None
 
+    images = {c: staged.column(c).combine_chunks() for c in ("before_v", "after_v")}
+    starts = {c: arr.offsets.slice(0, len(arr)).cast(pa.int64()) for c, arr in images.items()}  # into .values
+
     def values_at(column: str, places: list) -> "pa.Array":
-        arr = staged.column(column).combine_chunks()
-        start = arr.offsets.slice(0, len(arr)).cast(pa.int64())  # into arr.values, a slice's too
-        return pc.take(arr.values, pc.add(start, pc.take(pa.array(places, pa.int64()), code)))
+        at = pc.add(starts[column], pc.take(pa.array(places, pa.int64()), code))
+        return pc.take(images[column].values, at)
 
     width = max((len(s[0]) for s in shapes_of if s[0] is not None), default=0)
     any_differs = pa.array([False] * len(code), pa.bool_())

@@ -84,6 +84,15 @@ class BatchSummary:
 _IDS = ["_prefix", "source_database", "source_schema", "source_table"]
 
 
+def _prefix(prefixes: Optional[dict[str, str]]):
+    """The silver table prefix of a bronze row's ``kafka_topic`` (``prefixes``: topic → prefix; a
+    topic not in it has none, ``""``), as a Column."""
+    from pyspark.sql import functions as F
+
+    pairs = [x for topic, prefix in sorted((prefixes or {}).items()) for x in (F.lit(topic), F.lit(prefix))]
+    return F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
+
+
 def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFrame":
     """The batch reduced to its distinct shapes per source table: ``_prefix``, ``source_database``,
     ``source_schema``, ``source_table``, ``_trunc`` (a truncate), ``types`` (the column types'
@@ -96,8 +105,7 @@ def _shapes(changes: "DataFrame", prefixes: Optional[dict[str, str]]) -> "DataFr
     from pyspark.sql import functions as F
 
     order = BRONZE.column(row=True)
-    pairs = [x for topic, prefix in sorted((prefixes or {}).items()) for x in (F.lit(topic), F.lit(prefix))]
-    prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
+    prefix = _prefix(prefixes)
     return (changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
                            (F.col("op") == "truncate").alias("_trunc"), "column_types", "after", "before",
                            "primary_key", "source_ts_ms", order.alias("_ord"),
@@ -133,8 +141,7 @@ def _shaped(changes: "DataFrame", prefixes: Optional[dict[str, str]], shapes: st
     if not {"shape_id", "key_change"} <= set(changes.columns):
         return None
     order = BRONZE.column(row=True)
-    pairs = [x for topic, prefix in sorted((prefixes or {}).items()) for x in (F.lit(topic), F.lit(prefix))]
-    prefix = F.coalesce(F.create_map(*pairs)[F.col("kafka_topic")], F.lit("")) if pairs else F.lit("")
+    prefix = _prefix(prefixes)
     groups = (changes.select(prefix.alias("_prefix"), "source_database", "source_schema", "source_table", "kafka_topic",
                              (F.col("op") == "truncate").alias("_trunc"), "shape_id", "key_change", "source_ts_ms",
                              order.alias("_ord"))
