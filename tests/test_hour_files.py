@@ -318,3 +318,39 @@ def test_the_drivers_read_of_an_hour_gives_a_column_added_later_as_nulls(tmp_pat
     assert sorted(zip(got["v"].to_pylist(), got["w"].to_pylist())) == [(1, None), (2, None), (4, "x")]
     assert sorted(read_hours(cfg, "n.hours", ["a", "b"], H0, None, ["v"])["v"].to_pylist()) == [1, 2, 3, 4, 5]
     assert read_hours(cfg, "n.hours", ["c"], None, None, ["v"]).num_rows == 0
+
+
+def test_a_tasks_read_puts_a_files_small_row_groups_together_and_keeps_files_apart(spark, monkeypatch):
+    """:func:`cdclake.lake.read_splits` over two files of row groups of a few rows: batches of at
+    most ``READ_BATCH_ROWS`` rows, several row groups each, never rows of two files, every row
+    once in the files' order; :func:`cdclake.normalize.rows.batch_records` gives the same Kafka
+    columns, ``landed_hour`` included, as the batch's own ``to_pylist``."""
+    import pyarrow.parquet as pq
+
+    from cdclake.lake import hours as lake_hours
+    from cdclake.lake import read_splits
+    from cdclake.normalize.rows import batch_records
+
+    cfg = load_pipeline(write_pipeline(f"hourreads_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
+    ensure_raw_tables(spark, cfg)
+    topic = f"hr.{uuid.uuid4().hex[:6]}"
+    table = hour_table(cfg, RAW_TABLE, plain=("key", "value"))
+    table.__dict__["row_group_bytes"] = 300
+    h1 = H0 + dt.timedelta(hours=1)
+    files = [write_local(table, [_batch(_raw_rows(topic, hour, 120, start))])[0] for hour, start in ((H0, 0), (h1, 500))]
+    groups = []
+    for f in files:
+        with table.io.new_input(f.file_path).open() as stream:
+            groups.append(pq.ParquetFile(stream).metadata.num_row_groups)
+    assert min(groups) > 4
+    monkeypatch.setattr(lake_hours, "READ_BATCH_ROWS", 50)
+    batches = list(read_splits(table, [(f.file_path, []) for f in files], RAW_SCHEMA.names))
+    assert all(0 < b.num_rows <= 50 for b in batches) and len(batches) < sum(groups)
+    assert all(len(set(b.column("landed_hour").to_pylist())) == 1 for b in batches)  # one file (hour) per batch
+    offsets = [o for b in batches for o in b.column("kafka_offset").to_pylist()]
+    assert offsets == list(range(120)) + list(range(500, 620))
+    for b in batches:
+        want = list(zip(*(b.column(n).to_pylist() for n in ("kafka_topic", "kafka_partition", "kafka_offset",
+                                                            "kafka_timestamp_ms", "landed_hour"))))
+        got = [kcols for kcols, _ in batch_records(b)]
+        assert got == want and [r.value for _, r in batch_records(b)] == b.column("value").to_pylist()

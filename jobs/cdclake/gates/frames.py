@@ -121,6 +121,7 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
     The counts are computed in Arrow (grouped, never a row per record in pandas), and the
     ``changes`` frame holds its text columns as categories: a 5M-change hour as Python strings
     took gigabytes of the gate's memory."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -130,15 +131,21 @@ def normalize_frames(cfg: PipelineConfig, window: Window) -> dict:
     keys = ["kafka_topic", "landed_hour"]
     changes = _scan_arrow(cfg, cat, BRONZE_TABLE, window, topics, tuple(coords) + ("op", "source_table", "source_format"))
 
-    def records(table):
-        """Each record (coordinates, none null) once: then a record two tables hold is an overlap."""
+    def records(table, which: int):
+        """The coordinates of the rows of ``table`` whose coordinates are none null, with ``_in``:
+        ``which`` (the table's number)."""
         every = functools.reduce(pc.and_, [pc.is_valid(table[c]) for c in coords])
-        return _distinct(table.select(coords).filter(every), coords)
+        rows = table.select(coords).filter(every)
+        return rows.append_column("_in", pa.array(np.full(rows.num_rows, which, np.int8)))
 
-    held = [records(changes)] + [records(_scan_arrow(cfg, cat, table, window, topics, tuple(coords)))
-                                 for table in (QUARANTINE_TABLE, CONTROL_TABLE)]
-    per_record = pa.concat_tables([t.cast(held[0].schema) for t in held]).group_by(coords).aggregate([([], "count_all")])
-    per_record = per_record.append_column("_twice", pc.cast(pc.greater(per_record["count_all"], 1), pa.int64()))
+    held = [records(changes, 0)] + [records(_scan_arrow(cfg, cat, table, window, topics, tuple(coords)), i)
+                                    for i, table in enumerate((QUARANTINE_TABLE, CONTROL_TABLE), 1)]
+    # one grouping by record: the tables holding it (a record of several change rows is one
+    # record; one two tables hold is an overlap)
+    per_record = pa.concat_tables([t.cast(held[0].schema) for t in held]).group_by(
+        coords, use_threads=False).aggregate([("_in", "count_distinct")])
+    per_record = per_record.append_column("_twice", pc.cast(pc.greater(per_record["_in_count_distinct"], 1),
+                                                            pa.int64()))
     acc = per_record.group_by(keys).aggregate([([], "count_all"), ("_twice", "sum")])
     raw = _scan_arrow(cfg, cat, RAW_TABLE, window, topics, tuple(coords)).group_by(keys).aggregate([([], "count_all")])
     counts = raw.rename_columns([{"count_all": "raw"}.get(c, c) for c in raw.column_names]).to_pandas()

@@ -367,15 +367,28 @@ def plan_splits(cfg: PipelineConfig, table: HourTable, window: Window, topics: l
 
 def read_splits(table: HourTable, split: list[tuple[str, list[int]]], columns: list[str]) -> Iterator:
     """The rows of one task of :func:`plan_splits` (``split``: file locations and row groups, all
-    of a file's when none are named) as pyarrow ``RecordBatch`` es of ``columns`` (by name) of at
-    most :data:`READ_BATCH_ROWS` rows, read by pyarrow through the table's ``FileIO``."""
+    of a file's when none are named) as pyarrow ``RecordBatch`` es of ``columns`` (by name), read
+    by pyarrow through the table's ``FileIO``: about :data:`READ_BATCH_ROWS` rows each, a file's
+    small row groups put together (pyarrow reads a row group as batches of its own; the raw
+    table's 8 MB row groups hold some 1,700 Debezium messages, and every batch costs its reader a
+    fixed share of work), never rows of two files in one batch."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     for path, groups in split:
         with table.io.new_input(path).open() as stream:
             pf = pq.ParquetFile(stream)
-            yield from pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups or None, columns=columns,
-                                       use_threads=False)
+            held: list = []
+            rows = 0
+            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups or None, columns=columns,
+                                         use_threads=False):
+                if held and rows + batch.num_rows > READ_BATCH_ROWS:
+                    yield held[0] if len(held) == 1 else pa.concat_batches(held)
+                    held, rows = [], 0
+                held.append(batch)
+                rows += batch.num_rows
+            if held:
+                yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
 
 def commit_hours(cfg: PipelineConfig, name: str, window: Window, topics: list[str], files: list,

@@ -204,14 +204,32 @@ def tagged_arrow_schema():
 
 def batch_records(batch) -> Iterator[tuple[tuple, KafkaRecord]]:
     """The ``(kafka columns, KafkaRecord)`` pairs (:func:`classify_records`) of an Arrow batch of
-    the raw table (:data:`cdclake.lake.RAW_SCHEMA`), read column by column."""
-    cols = batch.to_pydict()
-    topics, parts, offsets, stamps, hours = (cols[n] for n in ("kafka_topic", "kafka_partition", "kafka_offset",
-                                                              "kafka_timestamp_ms", "landed_hour"))
-    for i, (key, value, headers) in enumerate(zip(cols["key"], cols["value"], cols["headers"])):
+    the raw table (:data:`cdclake.lake.RAW_SCHEMA`), read column by column; ``landed_hour`` as
+    one ``datetime`` per distinct hour, shared by its records (a timestamp column's ``to_pylist``
+    makes one per value: 7 % of the Debezium parse)."""
+    cols = {n: batch.column(n) for n in batch.schema.names}
+    topics, parts, offsets, stamps, keys, values, headers_ = (
+        cols[n].to_pylist() for n in ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp_ms",
+                                      "key", "value", "headers"))
+    hours = _shared_values(cols["landed_hour"])
+    for i, (key, value, headers) in enumerate(zip(keys, values, headers_)):
         yield ((topics[i], parts[i], offsets[i], stamps[i], hours[i]),
                KafkaRecord(topics[i], parts[i], offsets[i], stamps[i], key, value,
                            [(h["name"], h["value"]) for h in headers] if headers else []))
+
+
+def _shared_values(column) -> list:
+    """``column.to_pylist()`` for an Arrow column of few distinct values (a record batch's hours),
+    each distinct value made once and shared by its rows (a timestamp column's own ``to_pylist``
+    makes a ``datetime`` per row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_timestamp(column.type):
+        return column.to_pylist()
+    distinct = pc.unique(column)
+    made = dict(zip(distinct.cast(pa.int64()).to_pylist(), distinct.to_pylist()))
+    return [made[v] for v in column.cast(pa.int64()).to_pylist()]
 
 
 def tagged_batch(found: dict[str, list[tuple]], schema, fast: Optional[list[tuple]] = None):
