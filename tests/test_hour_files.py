@@ -354,3 +354,67 @@ def test_a_tasks_read_puts_a_files_small_row_groups_together_and_keeps_files_apa
                                                             "kafka_timestamp_ms", "landed_hour"))))
         got = [kcols for kcols, _ in batch_records(b)]
         assert got == want and [r.value for _, r in batch_records(b)] == b.column("value").to_pylist()
+
+
+def test_a_sorted_tables_rows_are_written_as_a_stable_sort_of_the_rows_would_order_them(spark):
+    """Rows of an ordered hour table (bronze's changes: by source table, schema and database),
+    fed in batches whose tables interleave and come back, some with null names: each file holds
+    its rows exactly as pyarrow's stable ``sort_by`` of them, ascending, nulls last, orders them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cdclake.lake import BRONZE_TABLE, BRONZE_WRITE_ORDER
+
+    cfg = load_pipeline(write_pipeline(f"hourorder_{uuid.uuid4().hex[:6]}", [{"topic": "t", "format": "debezium-json"}]))
+    ensure_bronze_tables(spark, cfg)
+    topic = f"ho.{uuid.uuid4().hex[:6]}"
+    table = hour_table(cfg, BRONZE_TABLE, order=BRONZE_WRITE_ORDER)
+    names = [("orders", "s", "db"), ("customers", "s", "db"), ("orders", None, "db"), (None, "s", "db"),
+             ("orders", "s", None), ("Orders", "s", "db"), ("customers", "s", "db2")]
+    n = 400
+    # runs of 7 rows, the tables coming back (kept as runs), and a table per row (sorted per batch)
+    for run, size in ((lambda i: i // 7 + i // 50, 37), (lambda i: i, 400)):
+        cols = {"kafka_topic": [topic] * n, "landed_hour": [H0] * n, "kafka_partition": [0] * n,
+                "kafka_offset": list(range(n)), "source_table": [], "source_schema": [], "source_database": []}
+        for i in range(n):
+            t, s, d = names[run(i) % len(names)]
+            cols["source_table"].append(t), cols["source_schema"].append(s), cols["source_database"].append(d)
+        rows = pa.table(cols)
+        (f,) = write_local(table, [rows.slice(i, size) for i in range(0, n, size)])
+        with table.io.new_input(f.file_path).open() as stream:
+            got = pq.read_table(stream, columns=list(cols))
+        want = rows.cast(got.select(list(cols)).schema).sort_by([(c, "ascending") for c in BRONZE_WRITE_ORDER])
+        assert got.select(list(cols)).to_pylist() == want.to_pylist()
+
+
+def test_a_writing_task_takes_each_kind_of_row_as_the_rows_of_that_kind_in_order():
+    """``_rows_of``: the rows of one kind, in order, whether they are one run (a slice) or not, and
+    none for a kind without rows; :func:`cdclake.normalize.rows.tagged_batch` lays each kind out
+    as one run, the fast path's changes with the others."""
+    import pyarrow as pa
+
+    from cdclake.normalize.files import _rows_of
+
+    for kinds in (["change", "change", "control", "quarantine"], ["control", "change", "change", None],
+                  ["change", "control", "change", "change"], [None, "quarantine", None, "quarantine"]):
+        t = pa.table({"_kind": kinds, "i": list(range(len(kinds)))})
+        for k in ("change", "quarantine", "control"):
+            got = _rows_of(t, t.column("_kind"), k)
+            want = [i for i, x in enumerate(kinds) if x == k]
+            assert (got is None) == (not want) and (got is None or got.column("i").to_pylist() == want), (kinds, k)
+
+
+def test_list_columns_of_shared_list_objects_convert_as_each_row_would():
+    """``_arrow_values`` (the tagged batch's columns): rows sharing a few list objects, nulls and
+    lists of their own among them, give the array ``pa.array`` gives."""
+    import pyarrow as pa
+
+    from cdclake.normalize.rows import _arrow_values
+
+    a, b, empty = ["id", "name"], ["id", None, "é"], []
+    shared = [a, b, None, empty, a, a, b] * 40
+    own = [[f"c{i}"] for i in range(300)]
+    t = pa.list_(pa.string())
+    for values in (shared, shared[:10], own, shared + own[:5], [None] * 100):
+        assert _arrow_values(values, t).to_pylist() == pa.array(values, t).to_pylist() == values
+    assert _arrow_values(["x"] * 100, pa.string()).to_pylist() == ["x"] * 100

@@ -88,7 +88,6 @@ def write_parsed(tables: dict[str, HourTable], parsed: Iterable["pa.RecordBatch"
     (``parsed``) written into the data files of ``tables`` (``{kind: HourTable}`` of
     :data:`KINDS`); one Arrow batch of :data:`TASK_OUTPUT_DDL` at the end."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     writers = {kind: HourFileWriter(t) for kind, t in tables.items()}
     counts = TaskCounts()
@@ -99,8 +98,8 @@ def write_parsed(tables: dict[str, HourTable], parsed: Iterable["pa.RecordBatch"
         kind = tagged.column("_kind")
         _count(tagged, counts)
         for k in KINDS:
-            part = tagged.filter(pc.equal(kind, k))
-            if part.num_rows == 0:
+            part = _rows_of(tagged, kind, k)
+            if part is None:
                 continue
             part = part.select(OUTPUT_COLUMNS[k].names)
             writers[k].add(bronze_batch(part, counts.shapes) if k == "change" else part)
@@ -115,6 +114,22 @@ def write_parsed(tables: dict[str, HourTable], parsed: Iterable["pa.RecordBatch"
         [pa.array(names, pa.string()), pa.array(files, pa.binary()),
          pa.array([None] * (len(names) - 1) + [pickle.dumps(counts)], pa.binary())],
         names=["table", "data_file", "counts"])
+
+
+def _rows_of(tagged: "pa.Table", kind: "pa.ChunkedArray", k: str) -> Optional["pa.Table"]:
+    """The rows of ``tagged`` whose ``kind`` is ``k``, in their order; a slice when they are one
+    run (as :func:`cdclake.normalize.rows.tagged_batch` lays them out), with no value copied.
+    None when there are none."""
+    import pyarrow.compute as pc
+
+    mask = pc.fill_null(pc.equal(kind, k), False)
+    n = pc.sum(mask).as_py() or 0
+    if n == 0:
+        return None
+    first = pc.index(mask, True).as_py()
+    if pc.all(mask.slice(first, n)).as_py():
+        return tagged.slice(first, n)
+    return tagged.filter(mask)
 
 
 def _count(tagged: "pa.Table", counts: TaskCounts) -> None:

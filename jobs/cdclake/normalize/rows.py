@@ -232,16 +232,27 @@ def _shared_values(column) -> list:
     return [made[v] for v in column.cast(pa.int64()).to_pylist()]
 
 
+_TABLE_SLOTS = tuple(_SLOTS["change"][n] for n in ("source_table", "source_schema", "source_database"))
+
+
+def _by_table(item: tuple) -> tuple:
+    """The sort key of a fast path's ``(staged row, first)``: its table's names, so that the bronze
+    writer finds each table's rows as one run (its files are ordered by table)."""
+    row = item[0]
+    return tuple("" if row[i] is None else row[i] for i in _TABLE_SLOTS)
+
+
 def tagged_batch(found: dict[str, list[tuple]], schema, fast: Optional[list[tuple]] = None):
     """One Arrow batch of ``schema`` (:func:`tagged_arrow_schema`) from the row tuples of each kind
     (``{"change": [...], "quarantine": [...], "control": [...]}``, a record's change rows one after
     the other) and the change rows of the fast path (``fast``: ``(staged row, first)`` pairs),
-    built column by column."""
+    built column by column; the rows of one kind one after the other (the fast path's changes
+    after the others), so that a writer takes each kind as a slice."""
     import pyarrow as pa
 
     fast = fast or []
-    kinds = dict(found)
-    kinds["fast"] = [r for r, _ in fast]
+    kinds = {"change": found["change"], "fast": [r for r, _ in fast],
+             **{k: v for k, v in found.items() if k != "change"}}
     columns = {kind: list(zip(*rows)) for kind, rows in kinds.items()}
     slots = dict(_SLOTS, fast=_SLOTS["change"])
     changes = found["change"]
@@ -263,8 +274,23 @@ def tagged_batch(found: dict[str, list[tuple]], schema, fast: Optional[list[tupl
                 values += columns[kind][slots[kind][f.name]]
             else:
                 values += [None] * len(rows)
-        arrays.append(pa.array(values, type=f.type))
+        arrays.append(_arrow_values(values, f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _arrow_values(values: list, type_):
+    """``pa.array(values, type_)``; a list column whose rows share a few list objects (the fast
+    paths give every change of a table plan the same column name and type lists) converts each
+    object once and repeats it by index."""
+    import pyarrow as pa
+
+    if pa.types.is_list(type_) and len(values) > 64:
+        at: dict[int, int] = {}
+        index = [at.setdefault(id(v), len(at)) for v in values]
+        if len(at) * 8 <= len(values):
+            distinct = list({id(v): v for v in values}.values())  # first seen first, as ``at`` numbers them
+            return pa.array(distinct, type=type_).take(pa.array(index, pa.int32()))
+    return pa.array(values, type=type_)
 
 
 def writable_rows(found: dict[str, list[tuple]], schema, parsers: dict, items_by_topic: dict) -> dict[str, list[tuple]]:
@@ -352,6 +378,7 @@ def parse_batches(parsers: dict, schema, batches, max_value_bytes: int = MAX_VAL
                     items = fast_rows(parser, items, fast, max_value_bytes, max_nesting_depth)
                 for kind, row in classify_records(parser, items, max_value_bytes, max_nesting_depth):
                     found[kind].append(row)
+            fast.sort(key=_by_table)  # each table's changes one run (records stay whole: stable)
             try:
                 out = tagged_batch(found, schema, fast)
             except Exception as exc:  # noqa: BLE001  (one record's value fails its whole column)
