@@ -239,15 +239,16 @@ def _by_table(item: tuple) -> tuple:
     """The sort key of a fast path's ``(staged row, first)``: its table's names, so that the bronze
     writer finds each table's rows as one run (its files are ordered by table)."""
     row = item[0]
-    return tuple("" if row[i] is None else row[i] for i in _TABLE_SLOTS)
+    return tuple("" if row[i] is None else str(row[i]) for i in _TABLE_SLOTS)
 
 
 def tagged_batch(found: dict[str, list[tuple]], schema, fast: Optional[list[tuple]] = None):
     """One Arrow batch of ``schema`` (:func:`tagged_arrow_schema`) from the row tuples of each kind
     (``{"change": [...], "quarantine": [...], "control": [...]}``, a record's change rows one after
     the other) and the change rows of the fast path (``fast``: ``(staged row, first)`` pairs),
-    built column by column; the rows of one kind one after the other (the fast path's changes
-    after the others), so that a writer takes each kind as a slice."""
+    built column by column; the rows of one kind one after the other (changes, the per-record
+    parser's then the fast path's, then quarantine, then control), so that a writer takes each
+    kind as a slice."""
     import pyarrow as pa
 
     fast = fast or []
