@@ -8,7 +8,9 @@ prints each round's wall time and, for the last round, the Spark jobs grouped by
 ran them (a computed step is named by the line that called :func:`cdclake.catalog.materialize`,
 other jobs by Spark's call site), their seconds, their tasks' CPU seconds and what they spilled
 to disk, and the share of the round with 0, 1, 2 ... tasks running (:mod:`bench.timeline`). The
-first round runs on a cold JVM; quote the later ones.
+first round runs on a cold JVM; quote the later ones. Each round's line also gives what the JVM
+spent beside the tasks in it (:func:`jvm_counters`): HotSpot's compiling time, the collectors' time
+and the classes Spark's code generation compiled.
 
 ``--floor``: every round also times a reference beside silver, the plainest Spark query for the
 same hour (:func:`latest_images`): for each table silver made, its bronze rows of the hour
@@ -55,6 +57,18 @@ def _name_jobs(catalog_module) -> None:
             sc.setJobDescription(None)
 
     catalog_module.materialize = materialize
+
+
+def jvm_counters(spark) -> tuple[float, float, int]:
+    """``(JIT s, GC s, generated classes)`` of the Spark JVM so far: HotSpot's compiling time
+    (``CompilationMXBean``, summed over its compiler threads, so it can exceed wall time), its
+    collectors' time (``GarbageCollectorMXBean``) and the classes Spark's code generation has
+    compiled (``CodegenMetrics``; with a ``local`` master the tasks run in this JVM too)."""
+    jvm = spark.sparkContext._jvm
+    beans = jvm.java.lang.management.ManagementFactory
+    gc_ms = sum(b.getCollectionTime() for b in beans.getGarbageCollectorMXBeans())
+    generated = jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount()
+    return beans.getCompilationMXBean().getTotalCompilationTime() / 1000, gc_ms / 1000, int(generated)
 
 
 def jobs_by_step(event_log: Path, start_ms: float, end_ms: float) -> list[tuple[str, int, float, float, float]]:
@@ -245,14 +259,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             record = args.jfr and i == args.rounds - 1
             if record:
                 _jcmd(pid, "JFR.start", "name=silver", "settings=profile")
+            before = jvm_counters(spark)
             t0 = time.time()
             results = build_silver(spark, cfg, window)
             t1 = time.time()
+            jit, gc, generated = (b - a for a, b in zip(before, jvm_counters(spark)))
             if record:
                 _jcmd(pid, "JFR.stop", "name=silver", f"filename={events / tag}.jfr")
             spans[tag] = (t0 * 1000, t1 * 1000)
-            print(f"{tag} round {i + 1}: {t1 - t0:.1f} s, "
-                  + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
+            print(f"{tag} round {i + 1}: {t1 - t0:.1f} s (JIT {jit:.1f} s, GC {gc:.1f} s, {generated} generated "
+                  "classes), " + ", ".join(f"{r.table}: {r.changes} changes" for r in results), flush=True)
             if args.floor:
                 floor_ns = f"{cfg.silver.namespace}_floor"
                 seconds, written, differ = latest_images(spark, cfg, window, results, floor_ns)

@@ -78,6 +78,9 @@ def collapse(rows: "DataFrame", nkeys: int, columns: Optional[list[str]] = None,
     if columns is not None:
         wanted = F.array(*[F.lit(c) for c in columns]) if columns else F.array().cast("array<string>")
         img = F.map_filter(img, lambda k, v: F.array_contains(wanted, k))
+    # this filter also lets Spark build its runtime Bloom filter of the batch's keys for the
+    # MERGE's scan of the table: Spark builds one only from a side holding a filter it deems
+    # selective over a scan, and without this one most MERGEs get none (tests/test_silver_semantics.py)
     whole = per_key.where(latest_only).withColumn("_img", img)
     out = _collapsed(whole, keys, F.col("_img"), F.transform_values("_img", lambda k, v: F.col("_last._o3")))
     partial = per_key.where(~latest_only).select(*keys)
