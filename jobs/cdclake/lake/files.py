@@ -186,14 +186,18 @@ class HourFileWriter:
             return
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         table = self._conform(table)
-        topics, hours = table.column("kafka_topic"), table.column("landed_hour").cast(pa.int64())
         n = table.num_rows
-        starts = _runs(topics, hours, [table.column(c) for c in self.table.order])
+
+        def keyed(t):
+            """``(topics, hours, sort key columns, run starts)`` of ``t``."""
+            topics, hours = t.column("kafka_topic"), t.column("landed_hour").cast(pa.int64())
+            ordered = [t.column(c) for c in self.table.order]
+            return topics, hours, ordered, _runs(topics, hours, ordered)
+
+        topics, hours, ordered, starts = keyed(table)
         if self.table.order and len(starts) > max(MAX_RUNS, n // 256):  # sort keys interleaved: sorted here
             table = table.sort_by([(c, "ascending") for c in ("kafka_topic", "landed_hour", *self.table.order)])
-            topics, hours = table.column("kafka_topic"), table.column("landed_hour").cast(pa.int64())
-            starts = _runs(topics, hours, [table.column(c) for c in self.table.order])
-        ordered = [table.column(c) for c in self.table.order]
+            topics, hours, ordered, starts = keyed(table)
         topic_list, hour_list = topics.take(starts).to_pylist(), hours.take(starts).to_pylist()
         sort_keys = list(zip(*(c.take(starts).to_pylist() for c in ordered))) if ordered else [()] * len(starts)
         for j, start in enumerate(starts):
