@@ -360,7 +360,8 @@ def parse_batches(parsers: dict, schema, batches, max_value_bytes: int = MAX_VAL
     quarantined instead (:func:`writable_rows`) and the rest of the batch is kept.
     Python's cyclic garbage collector is paused while a batch is parsed: the batch's rows are
     many objects without cycles, freed by reference counting, and the collections they would set
-    off find nothing to free (they cost a quarter of the parse).
+    off find nothing to free (they cost a quarter of the parse). It is enabled again once they
+    are freed: else the first collection after the batch visits every one of them.
     """
     import gc
 
@@ -368,30 +369,35 @@ def parse_batches(parsers: dict, schema, batches, max_value_bytes: int = MAX_VAL
         enabled = gc.isenabled()
         gc.disable()
         try:
-            by_topic: dict[str, list] = {}
-            for item in batch_records(batch):
-                by_topic.setdefault(item[0][0], []).append(item)
-            found: dict[str, list[tuple]] = {"change": [], "quarantine": [], "control": []}
-            fast: list[tuple] = []
-            for topic, items in by_topic.items():
-                parser = parsers[topic]
-                if parser.FAST_PATH:
-                    items = fast_rows(parser, items, fast, max_value_bytes, max_nesting_depth)
-                for kind, row in classify_records(parser, items, max_value_bytes, max_nesting_depth):
-                    found[kind].append(row)
-            fast.sort(key=_by_table)  # each table's changes one run (records stay whole: stable)
-            try:
-                out = tagged_batch(found, schema, fast)
-            except Exception as exc:  # noqa: BLE001  (one record's value fails its whole column)
-                if is_run_error(exc):
-                    raise
-                for row, _ in fast:  # the per-record rows of the fast path's records: the same rows
-                    found["change"].append(row)
-                out = tagged_batch(writable_rows(found, schema, parsers, by_topic), schema)
+            out = _parse_batch(parsers, schema, batch, max_value_bytes, max_nesting_depth)
         finally:
             if enabled:
                 gc.enable()
         yield out
+
+
+def _parse_batch(parsers: dict, schema, batch, max_value_bytes: int, max_nesting_depth: int):
+    """One raw batch of :func:`parse_batches` as one tagged Arrow batch of ``schema``."""
+    by_topic: dict[str, list] = {}
+    for item in batch_records(batch):
+        by_topic.setdefault(item[0][0], []).append(item)
+    found: dict[str, list[tuple]] = {"change": [], "quarantine": [], "control": []}
+    fast: list[tuple] = []
+    for topic, items in by_topic.items():
+        parser = parsers[topic]
+        if parser.FAST_PATH:
+            items = fast_rows(parser, items, fast, max_value_bytes, max_nesting_depth)
+        for kind, row in classify_records(parser, items, max_value_bytes, max_nesting_depth):
+            found[kind].append(row)
+    fast.sort(key=_by_table)  # each table's changes one run (records stay whole: stable)
+    try:
+        return tagged_batch(found, schema, fast)
+    except Exception as exc:  # noqa: BLE001  (one record's value fails its whole column)
+        if is_run_error(exc):
+            raise
+        for row, _ in fast:  # the per-record rows of the fast path's records: the same rows
+            found["change"].append(row)
+        return tagged_batch(writable_rows(found, schema, parsers, by_topic), schema)
 
 
 def fast_rows(parser, items: list[tuple[tuple, KafkaRecord]], fast: list[tuple], max_value_bytes: int = MAX_VALUE_BYTES,
