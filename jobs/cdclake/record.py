@@ -169,6 +169,14 @@ class SchemaAwareParser(abc.ABC):
     def with_schemas(self, entries: Sequence[SchemaEntry]) -> RecordParser:
         """A parser that decodes data messages with ``entries``."""
 
+    @staticmethod
+    def may_hold_schema(value: Optional[bytes]) -> bool:
+        """False only when :meth:`schema_entries` of a record whose Kafka value is ``value`` (bytes,
+        None for a tombstone) is surely ``[]``: a test of a few bytes that lets the normalize stage
+        skip decoding the window's data messages when it looks for metadata messages. This
+        default: True (every record is decoded)."""
+        return True
+
 
 def parse_all(parser: RecordParser, records: Iterable[KafkaRecord]):
     """Parse records one by one, yielding ``(record, result_or_ParseError)``; never raises ParseError."""

@@ -114,6 +114,10 @@ class AutoParser(SchemaAwareParser):
             return []
         return parser.schema_entries(record) if isinstance(parser, SchemaAwareParser) else []
 
+    def may_hold_schema(self, value: Optional[bytes]) -> bool:
+        """True when any schema-aware format's :meth:`~cdclake.record.SchemaAwareParser.may_hold_schema` is."""
+        return any(self._classes[n].may_hold_schema(value) for n in self.schema_formats)
+
     def with_schemas(self, entries: Sequence[SchemaEntry]) -> "AutoParser":
         """A parser with these options whose schema-aware formats hold ``entries`` (each format
         the entries of its own ``source_format``), added to those this one holds."""

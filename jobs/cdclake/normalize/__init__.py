@@ -44,17 +44,16 @@ import logging
 import time
 from typing import TYPE_CHECKING, Optional
 
-from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import task_run_error
 from cdclake.faults import kill_point
 from cdclake.formats import get_parser
 from cdclake.lake import (BRONZE_TABLES, BRONZE_WRITE_ORDER, RAW_SCHEMA, RAW_TABLE, commit_hours, commit_shapes,
-                          ensure_bronze_tables, hour_table, plan_splits, read_splits, window_filter)
+                          ensure_bronze_tables, hour_table, plan_splits, read_splits)
 from cdclake.normalize.files import KINDS, TASK_OUTPUT_DDL, task_results, write_parsed
 from cdclake.normalize.limits import (MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits, json_deeper_than,
                                       json_nesting_depth)
-from cdclake.normalize.registry import register_schemas, registry_row
+from cdclake.normalize.registry import register_schemas, registry_row, window_entries
 from cdclake.normalize.rows import (RawRow, classify, classify_records, kafka_record,
                                     parse_batches, quarantine_reason, tagged_arrow_schema)
 from cdclake.results import NormalizeResult, TopicCounts
@@ -65,7 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_NESTING_DEPTH", "MAX_VALUE_BYTES", "RawRow", "check_limits", "classify", "classify_records",
            "json_deeper_than", "json_nesting_depth", "kafka_record", "normalize", "parse_batches", "quarantine_reason",
-           "register_schemas", "registry_row", "tagged_arrow_schema"]
+           "register_schemas", "registry_row", "tagged_arrow_schema", "window_entries"]
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +85,8 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     topics = list(window.topics or cfg.topics())
     ensure_bronze_tables(spark, cfg)
     parsers = {t: get_parser(cfg.source(t).format, cfg.source(t).parser_options()) for t in topics}
-    raw = spark.read.table(qualified(cfg, RAW_TABLE)).where(window_filter(window, topics))
-    parsers = register_schemas(spark, cfg, raw, parsers)
-
     cores = spark.sparkContext.defaultParallelism
+    parsers = register_schemas(spark, cfg, window, parsers, PARSE_TASKS_PER_CORE * cores, PARSE_TASK_RECORDS)
     raw_table = hour_table(cfg, RAW_TABLE)
     splits = plan_splits(cfg, raw_table, window, topics, PARSE_TASKS_PER_CORE * cores, PARSE_TASK_RECORDS)
     arrow_schema = tagged_arrow_schema()

@@ -7,14 +7,18 @@ Formats whose data messages need earlier metadata messages keep their table defi
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections import namedtuple
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
-from cdclake.lake import REGISTRY_SCHEMA, REGISTRY_TABLE
-from cdclake.normalize.limits import check_limits
-from cdclake.normalize.rows import kafka_record
+from cdclake.errors import task_run_error
+from cdclake.lake import (RAW_SCHEMA, RAW_TABLE, REGISTRY_SCHEMA, REGISTRY_TABLE, arrow_schema, ddl, hour_table,
+                          plan_splits, read_splits)
+from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits
+from cdclake.normalize.rows import batch_records
 from cdclake.record import SchemaAwareParser, SchemaEntry
+from cdclake.window import Window
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,51 +51,111 @@ def registry_row(entry: SchemaEntry, r) -> tuple:
             entry.definition, r.kafka_topic, r.kafka_partition, r.kafka_offset, r.landed_hour)
 
 
-def register_schemas(spark: "SparkSession", cfg: PipelineConfig, raw, parsers: dict) -> dict:
+def register_schemas(spark: "SparkSession", cfg: PipelineConfig, window: Window, parsers: dict, tasks: int,
+                     min_rows: int) -> dict:
     """Store the window's table definitions and give schema-aware parsers every stored one.
 
-    For each topic whose parser is a :class:`cdclake.record.SchemaAwareParser` (Qlik
-    Replicate), the metadata messages of the window are added to ``bronze.schema_registry``
-    (keyed by source_format and schema_id; a known id is kept as first registered), then the
-    parser is replaced by ``parser.with_schemas(all entries of its format)``. Returns the new
-    ``{topic: parser}``.
+    For each topic of ``parsers`` (``{topic: parser}``) whose parser is a
+    :class:`cdclake.record.SchemaAwareParser` (Qlik Replicate), the metadata messages of
+    ``window`` are added to ``bronze.schema_registry`` (keyed by source_format and schema_id; a
+    known id is kept as first registered; of one id found twice in the window, the lowest
+    topic, partition and offset's), then the parser is replaced by
+    ``parser.with_schemas(all entries of its format)``. Returns the new ``{topic: parser}``.
 
-    A record past the limits of ``cfg.normalize`` (:func:`check_limits`), or whose extraction
-    raises anything (``RecursionError``, ``MemoryError`` ...), or gives an entry that does not fit
-    the registry (:func:`registry_row`), contributes no entries: its parse then quarantines it.
+    The raw files are read by Spark tasks as normalize's are (:func:`cdclake.lake.plan_splits`
+    with ``tasks`` and ``min_rows``, :func:`window_entries`); only the entries reach the driver. A
+    task that fails for a reason that is not a record's (:func:`cdclake.errors.task_run_error`)
+    raises that :class:`cdclake.errors.RunError`.
     """
     aware = {t: p for t, p in parsers.items() if isinstance(p, SchemaAwareParser)}
     if not aware:
         return parsers
+    raw_table = hour_table(cfg, RAW_TABLE)
+    splits = plan_splits(cfg, raw_table, window, sorted(aware), tasks, min_rows)
     max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth
+    columns = RAW_SCHEMA.names
 
-    def entries(rows):
-        for r in rows:
-            try:
-                parser, rec = aware[r.kafka_topic], kafka_record(r)
-                check_limits(parser.format_name, rec, max_bytes, max_depth)
-                found = [registry_row(e, r) for e in parser.schema_entries(rec)]
-            except Exception:  # noqa: BLE001  (the record's own parse quarantines it with the reason)
-                continue
-            yield from found
+    def task(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                yield from window_entries(aware, read_splits(raw_table, splits[i], columns), max_bytes, max_depth)
 
+    found: dict[tuple, tuple] = {}
+    if splits:
+        todo = spark.createDataFrame(spark.sparkContext.parallelize([(i,) for i in range(len(splits))],
+                                                                    len(splits)), "split int")
+        try:
+            rows = todo.mapInArrow(task, ddl(REGISTRY_SCHEMA)).collect()
+        except Exception as exc:
+            stopped = task_run_error(exc)  # a service, a timeout, the runtime: the run fails
+            if stopped is None:
+                raise
+            raise stopped from None
+        for row in sorted(map(tuple, rows), key=lambda r: r[6:9]):
+            found.setdefault(row[:2], row)
+    formats = sorted({f for p in aware.values() for f in schema_formats(p)})
+    stored = _stored(spark, cfg, formats)
+    known = {(f, e.schema_id) for f, es in stored.items() for e in es}
+    if any(k not in known for k in found):  # else the MERGE would insert nothing
+        new = spark.createDataFrame([r for k, r in found.items() if k not in known], REGISTRY_SCHEMA)
+        new.createOrReplaceTempView("_cdc_new_schemas")
+        spark.sql(f"MERGE INTO {qualified(cfg, REGISTRY_TABLE)} t USING _cdc_new_schemas s ON t.source_format = "
+                  "s.source_format AND t.schema_id = s.schema_id WHEN NOT MATCHED THEN INSERT *")
+        stored = _stored(spark, cfg, formats)
+    for fmt, es in stored.items():
+        log.info("schema registry: %d table definitions of format %s (%d found in %s)", len(es), fmt,
+                 sum(1 for k in found if k[0] == fmt), window)
+    return {t: (aware[t].with_schemas([e for f in schema_formats(aware[t]) for e in stored[f]]) if t in aware else p)
+            for t, p in parsers.items()}
+
+
+def _stored(spark: "SparkSession", cfg: PipelineConfig, formats: list[str]) -> dict[str, list[SchemaEntry]]:
+    """``{format: [SchemaEntry]}``: the entries ``bronze.schema_registry`` holds for ``formats``."""
     from pyspark.sql import functions as F
 
-    found = spark.createDataFrame(raw.where(F.col("kafka_topic").isin(list(aware))).rdd.mapPartitions(entries),
-                                  REGISTRY_SCHEMA)
-    found = found.dropDuplicates(["source_format", "schema_id"])
-    found.createOrReplaceTempView("_cdc_new_schemas")
-    spark.sql(f"MERGE INTO {qualified(cfg, REGISTRY_TABLE)} t USING _cdc_new_schemas s "
-              "ON t.source_format = s.source_format AND t.schema_id = s.schema_id WHEN NOT MATCHED THEN INSERT *")
-    formats = sorted({f for p in aware.values() for f in schema_formats(p)})
     stored: dict[str, list[SchemaEntry]] = {f: [] for f in formats}
     for r in spark.table(qualified(cfg, REGISTRY_TABLE)).where(F.col("source_format").isin(formats)).collect():
         stored[r.source_format].append(SchemaEntry(r.source_format, r.schema_id, r.table_version, r.source_schema,
                                                    r.source_table, r.definition))
-    for fmt, es in stored.items():
-        log.info("schema registry: %d table definitions of format %s", len(es), fmt)
-    return {t: (aware[t].with_schemas([e for f in schema_formats(aware[t]) for e in stored[f]]) if t in aware else p)
-            for t, p in parsers.items()}
+    return stored
+
+
+#: Where a schema entry was found: the raw row's Kafka columns :func:`registry_row` reads.
+_Found = namedtuple("_Found", "kafka_topic kafka_partition kafka_offset landed_hour")
+
+
+def window_entries(parsers: dict, batches: Iterable, max_value_bytes: int = MAX_VALUE_BYTES,
+                   max_nesting_depth: int = MAX_NESTING_DEPTH) -> Iterator:
+    """The schema entries of raw table Arrow batches (:data:`cdclake.lake.RAW_SCHEMA`, as
+    :func:`cdclake.lake.read_splits` reads them), as Arrow batches of
+    :data:`cdclake.lake.REGISTRY_SCHEMA` rows (:func:`registry_row`), none for a batch without.
+
+    ``parsers``: ``{topic: SchemaAwareParser}`` of every topic in the batches. A record whose
+    value its parser's ``may_hold_schema`` refuses is not decoded (the window's data messages);
+    the others are checked against the limits (:func:`check_limits`) and read with
+    ``schema_entries``. A record past the limits, or whose extraction raises anything
+    (``RecursionError``, ``MemoryError`` ...), or gives an entry that does not fit the registry,
+    contributes no entries: its parse then quarantines it.
+    """
+    import pyarrow as pa
+
+    schema = arrow_schema(REGISTRY_SCHEMA)
+    for batch in batches:
+        topics, values = batch.column("kafka_topic").to_pylist(), batch.column("value").to_pylist()
+        at = [j for j, (t, v) in enumerate(zip(topics, values)) if parsers[t].may_hold_schema(v)]
+        if not at:
+            continue
+        rows = []
+        for (topic, partition, offset, _ts, hour), rec in batch_records(batch.take(at)):
+            try:
+                parser = parsers[topic]
+                check_limits(parser.format_name, rec, max_value_bytes, max_nesting_depth)
+                found = [registry_row(e, _Found(topic, partition, offset, hour)) for e in parser.schema_entries(rec)]
+            except Exception:  # noqa: BLE001  (the record's own parse quarantines it with the reason)
+                continue
+            rows += found
+        if rows:
+            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(zip(*rows), schema)], schema=schema)
 
 
 def schema_formats(parser: SchemaAwareParser) -> tuple[str, ...]:

@@ -26,7 +26,8 @@ The two registered names share everything but the envelope:
   that metadata's ``dataSchema`` (fastavro ``schemaless_reader``; logical types applied).
 
 The formats are metadata-driven (:class:`cdclake.record.SchemaAwareParser`): the pipeline calls
-:meth:`schema_entries` on every record and stores one :class:`SchemaEntry` per metadata message
+:meth:`schema_entries` on every record whose bytes :meth:`may_hold_schema` lets through (a
+``type`` that may be ``MD``) and stores one :class:`SchemaEntry` per metadata message
 (``schema_id`` = ``schemaId``, ``table_version`` = ``lineage.tableVersion``, ``definition`` = the
 metadata as JSON text), then parses with :meth:`with_schemas`. A metadata message parsed as a
 record is a ``metadata`` :class:`ControlRecord`. A data message whose schema was never seen

@@ -29,6 +29,16 @@ class QlikAvroParser(QlikParser):
 
     format_name = AVRO_FORMAT
 
+    @staticmethod
+    def may_hold_schema(value: Optional[bytes]) -> bool:
+        """A metadata message's envelope begins with the magic and the type ``MD``: Avro's
+        length 2 of the string (the zig-zag varint byte ``0x04``) and its two bytes. A length
+        written in more than one byte (a varint Avro readers take, though writers do not make
+        it) is let through."""
+        if not value or len(value) < 6 or value[:5] != MAGIC:
+            return False
+        return value[5:8] == b"\x04MD" or value[5] >= 0x80
+
     def _parsed(self, key: tuple, schema_text: str, field_name: str):
         from fastavro import parse_schema
 

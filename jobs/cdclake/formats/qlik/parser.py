@@ -345,6 +345,12 @@ class QlikJsonParser(QlikParser):
 
     format_name = JSON_FORMAT
 
+    @staticmethod
+    def may_hold_schema(value: Optional[bytes]) -> bool:
+        """A metadata message's envelope has ``"type": "MD"``: its UTF-8 text holds ``"MD"``, or
+        escapes (``\\u004D``) that may spell it."""
+        return bool(value) and (b'"MD"' in value or b"\\u" in value)
+
     def _envelope(self, record: KafkaRecord) -> Optional[_Envelope]:
         if not record.value:
             return None
