@@ -86,8 +86,8 @@ def normalize(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     ensure_bronze_tables(spark, cfg)
     parsers = {t: get_parser(cfg.source(t).format, cfg.source(t).parser_options()) for t in topics}
     cores = spark.sparkContext.defaultParallelism
-    parsers = register_schemas(spark, cfg, window, parsers, PARSE_TASKS_PER_CORE * cores, PARSE_TASK_RECORDS)
     raw_table = hour_table(cfg, RAW_TABLE)
+    parsers = register_schemas(spark, cfg, window, parsers, raw_table, PARSE_TASKS_PER_CORE * cores, PARSE_TASK_RECORDS)
     splits = plan_splits(cfg, raw_table, window, topics, PARSE_TASKS_PER_CORE * cores, PARSE_TASK_RECORDS)
     arrow_schema = tagged_arrow_schema()
     max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth

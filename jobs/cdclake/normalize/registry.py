@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from cdclake.catalog import qualified
 from cdclake.config import PipelineConfig
 from cdclake.errors import task_run_error
-from cdclake.lake import (RAW_SCHEMA, RAW_TABLE, REGISTRY_SCHEMA, REGISTRY_TABLE, arrow_schema, ddl, hour_table,
-                          plan_splits, read_splits)
+from cdclake.lake import (RAW_SCHEMA, REGISTRY_SCHEMA, REGISTRY_TABLE, HourTable, arrow_schema, ddl, plan_splits,
+                          read_splits)
 from cdclake.normalize.limits import MAX_NESTING_DEPTH, MAX_VALUE_BYTES, check_limits
 from cdclake.normalize.rows import batch_records
 from cdclake.record import SchemaAwareParser, SchemaEntry
@@ -51,8 +51,8 @@ def registry_row(entry: SchemaEntry, r) -> tuple:
             entry.definition, r.kafka_topic, r.kafka_partition, r.kafka_offset, r.landed_hour)
 
 
-def register_schemas(spark: "SparkSession", cfg: PipelineConfig, window: Window, parsers: dict, tasks: int,
-                     min_rows: int) -> dict:
+def register_schemas(spark: "SparkSession", cfg: PipelineConfig, window: Window, parsers: dict, raw_table: HourTable,
+                     tasks: int, min_rows: int) -> dict:
     """Store the window's table definitions and give schema-aware parsers every stored one.
 
     For each topic of ``parsers`` (``{topic: parser}``) whose parser is a
@@ -62,15 +62,15 @@ def register_schemas(spark: "SparkSession", cfg: PipelineConfig, window: Window,
     topic, partition and offset's), then the parser is replaced by
     ``parser.with_schemas(all entries of its format)``. Returns the new ``{topic: parser}``.
 
-    The raw files are read by Spark tasks as normalize's are (:func:`cdclake.lake.plan_splits`
-    with ``tasks`` and ``min_rows``, :func:`window_entries`); only the entries reach the driver. A
+    The files of ``raw_table`` (the raw table as :func:`cdclake.lake.hour_table` loads it) are read
+    by Spark tasks as normalize's are (:func:`cdclake.lake.plan_splits` with ``tasks`` and
+    ``min_rows``, :func:`window_entries`); only the entries reach the driver. A
     task that fails for a reason that is not a record's (:func:`cdclake.errors.task_run_error`)
     raises that :class:`cdclake.errors.RunError`.
     """
     aware = {t: p for t, p in parsers.items() if isinstance(p, SchemaAwareParser)}
     if not aware:
         return parsers
-    raw_table = hour_table(cfg, RAW_TABLE)
     splits = plan_splits(cfg, raw_table, window, sorted(aware), tasks, min_rows)
     max_bytes, max_depth = cfg.normalize.max_value_bytes, cfg.normalize.max_nesting_depth
     columns = RAW_SCHEMA.names
